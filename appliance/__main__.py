@@ -1,0 +1,5 @@
+"""Entry point for `python -m appliance`."""
+
+from appliance.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""The `ocr-appliance` command: run the daemon, read files once, check a config or the models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from appliance import __version__
+from appliance.config import AppConfig, OutputFormat, load_config
+from appliance.errors import ConfigError, DocumentError, ExitCode, ModelError
+
+log = logging.getLogger("appliance")
+
+DEFAULT_CONFIG = Path("/etc/ocr-appliance/config.yaml")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ocr-appliance", description="Offline OCR appliance.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="watch the hot folders in the foreground until stopped")
+    run.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help=f"config file (default {DEFAULT_CONFIG})"
+    )
+
+    process = commands.add_parser("process", help="read files once, without the daemon")
+    process.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    process.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the results")
+    process.add_argument("--config", type=Path, help="config file (engine and limits; default: built-in)")
+    process.add_argument(
+        "--format",
+        action="append",
+        choices=["json", "text"],
+        help="output format (repeatable; default: config)",
+    )
+
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = config_commands.add_parser("check", help="validate a config file")
+    check.add_argument("file", type=Path)
+
+    models = commands.add_parser("models", help="model tools")
+    model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    verify = model_commands.add_parser(
+        "verify", help="check model files against their manifest and load them"
+    )
+    verify.add_argument("--config", type=Path, help="config file (default: built-in)")
+    return parser
+
+
+def _load(path: Path | None) -> AppConfig:
+    return load_config(path) if path else AppConfig()
+
+
+def _cmd_config_check(args: argparse.Namespace) -> ExitCode:
+    config = load_config(args.file)
+    folders = ", ".join(str(folder.path) for folder in config.hot_folders) or "none"
+    print(f"{args.file}: valid (engine {config.engine.name}, hot folders: {folders})")
+    return ExitCode.OK
+
+
+def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
+    from appliance.engines.factory import build_engine
+
+    config = _load(args.config)
+    engine = build_engine(config.engine)
+    print(json.dumps(engine.describe(), indent=1))
+    engine.close()
+    return ExitCode.OK
+
+
+def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
+    from appliance.engines.factory import build_engine
+    from appliance.outputs.writer import write_outputs
+    from appliance.pipeline.process import DocumentProcessor
+    from appliance.pipeline.rasterize import Rasterizer
+
+    config = _load(args.config)
+    formats: tuple[OutputFormat, ...] = tuple(args.format) if args.format else config.outputs.formats
+    engine = build_engine(config.engine)
+    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
+    failed = 0
+    for path in args.files:
+        if stop.is_set():
+            return ExitCode.INTERRUPTED
+        try:
+            if not path.is_file():
+                raise DocumentError.missing(path)
+            document = processor.process(path, should_stop=stop.is_set)
+        except InterruptedError:
+            return ExitCode.INTERRUPTED
+        except DocumentError as error:
+            failed += 1
+            print(f"{path}: failed ({error.reason.value}): {error.message}", file=sys.stderr)
+            continue
+        try:
+            written = write_outputs(document, args.out, path.name, formats)
+        except OSError as error:
+            print(f"{path}: cannot write results to {args.out}: {error}", file=sys.stderr)
+            return ExitCode.OUTPUT_FAILED
+        confidence = "n/a" if document.confidence is None else f"{document.confidence:.3f}"
+        print(
+            f"{path}: {len(document.pages)} page(s), confidence {confidence} -> "
+            + ", ".join(str(p) for p in written.values())
+        )
+    return ExitCode.DOCUMENT_FAILED if failed else ExitCode.OK
+
+
+def _cmd_run(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
+    from appliance.daemon import HotFolderDaemon
+    from appliance.engines.factory import build_engine
+    from appliance.logging_setup import setup_logging
+    from appliance.pipeline.process import DocumentProcessor
+    from appliance.pipeline.rasterize import Rasterizer
+
+    config = load_config(args.config)
+    setup_logging(config.logging.level)
+    if not config.hot_folders:
+        raise ConfigError(f"{args.config}: hot_folders is empty; there is nothing to watch")
+    engine = build_engine(config.engine)
+    for model in engine.describe()["models"]:
+        if model["provider"]:
+            log.info("engine %s: %s runs on %s", engine.name, model["name"], model["provider"])
+    HotFolderDaemon(config, DocumentProcessor(engine, Rasterizer(config.rasterize))).run(stop)
+    engine.close()
+    return ExitCode.OK
+
+
+def _install_stop_handlers(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C stops at once
+        log.info("received %s: finishing the current page, then stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its ExitCode."""
+    from appliance.logging_setup import setup_logging
+
+    args = _parser().parse_args(argv)
+    setup_logging("INFO" if args.command == "run" else "WARNING")
+    stop = threading.Event()
+    _install_stop_handlers(stop)
+    try:
+        if args.command == "config":
+            return _cmd_config_check(args)
+        if args.command == "models":
+            return _cmd_models_verify(args)
+        if args.command == "process":
+            return _cmd_process(args, stop)
+        return _cmd_run(args, stop)
+    except ConfigError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return ExitCode.CONFIG_INVALID
+    except ModelError as error:
+        print(f"model error: {error}", file=sys.stderr)
+        return ExitCode.MODEL_INVALID
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED

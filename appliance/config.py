@@ -1,0 +1,172 @@
+"""Typed configuration loaded from YAML; every error names the key path that is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
+
+from appliance.errors import ConfigError
+
+OutputFormat = Literal["json", "text"]
+
+
+class _Strict(BaseModel):
+    # extra="forbid": a misspelt key is an error, not silently ignored (a site that writes
+    # `pdf_dip: 400` must hear about it). Numbers and booleans use Strict* types below so that
+    # "300" or "yes" in quotes is an error too; paths stay lax because YAML gives them as str.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PpocrOnnxConfig(_Strict):
+    """Settings of the PP-OCRv5 ONNX engine."""
+
+    model_dir: Path | None = None
+    manifest: Path | None = None
+    provider: Literal["auto", "cpu", "cuda"] = "auto"
+    intra_op_threads: StrictInt = Field(default=0, ge=0)
+    inter_op_threads: StrictInt = Field(default=1, ge=0)
+    det_limit_side_len: StrictInt = Field(default=1280, ge=320, le=4096)
+    det_threshold: StrictFloat = Field(default=0.3, gt=0, lt=1)
+    det_box_threshold: StrictFloat = Field(default=0.6, gt=0, lt=1)
+    det_unclip_ratio: StrictFloat = Field(default=1.5, gt=0, le=4)
+    rec_batch_size: StrictInt = Field(default=8, ge=1, le=64)
+    use_line_orientation: StrictBool = True
+    orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
+    min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
+
+
+class EngineConfig(_Strict):
+    """Which engine reads pages, and the settings of each."""
+
+    name: Literal["ppocr_onnx"] = "ppocr_onnx"
+    ppocr_onnx: PpocrOnnxConfig = PpocrOnnxConfig()
+
+
+class RasterizeConfig(_Strict):
+    """How input files become page images, and the limits that stop hostile files."""
+
+    pdf_dpi: StrictInt = Field(default=300, ge=72, le=1200)
+    max_file_mb: StrictFloat = Field(default=256, gt=0)
+    max_pages: StrictInt = Field(default=1000, ge=1)
+    max_page_megapixels: StrictFloat = Field(default=80, gt=0)
+
+
+class HotFolderConfig(_Strict):
+    """One watched folder and where its results go."""
+
+    path: Path
+    output_dir: Path
+    archive_dir: Path
+    failed_dir: Path
+
+
+class DaemonConfig(_Strict):
+    """The long-running watcher."""
+
+    settle_seconds: StrictFloat = Field(default=2.0, ge=0)
+    rescan_seconds: StrictFloat = Field(default=300.0, gt=0)
+
+
+class OutputsConfig(_Strict):
+    """Which result files are written per document."""
+
+    formats: tuple[OutputFormat, ...] = ("json", "text")
+
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
+
+
+class LoggingConfig(_Strict):
+    """Log verbosity."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class AppConfig(_Strict):
+    """The whole configuration file."""
+
+    version: Literal[1] = 1
+    hot_folders: tuple[HotFolderConfig, ...] = ()
+    engine: EngineConfig = EngineConfig()
+    rasterize: RasterizeConfig = RasterizeConfig()
+    outputs: OutputsConfig = OutputsConfig()
+    daemon: DaemonConfig = DaemonConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @field_validator("hot_folders", mode="before")
+    @classmethod
+    def _folders_list_to_tuple(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: {error.error_count()} invalid setting(s)"]
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        path = path or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check its spelling and its place in the file)"
+        lines.append(f"  {path}: {message}")
+    return "\n".join(lines)
+
+
+def _resolve_paths(raw: dict[str, object], base: Path) -> dict[str, object]:
+    """Make relative folder paths relative to the config file, so a unit can run from anywhere."""
+    folders = raw.get("hot_folders")
+    if isinstance(folders, list):
+        for folder in folders:
+            if isinstance(folder, dict):
+                for key in ("path", "output_dir", "archive_dir", "failed_dir"):
+                    value = folder.get(key)
+                    if isinstance(value, str):
+                        folder[key] = base / value
+    engine = raw.get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("ppocr_onnx"), dict):
+        ppocr = engine["ppocr_onnx"]
+        for key in ("model_dir", "manifest"):
+            if isinstance(ppocr.get(key), str):
+                ppocr[key] = base / ppocr[key]
+    return raw
+
+
+def parse_config(raw: object, source: str = "<config>", base_dir: Path | None = None) -> AppConfig:
+    """Validate an already-parsed YAML document; raise ConfigError naming each bad key path."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, not {type(raw).__name__}")
+    raw = _resolve_paths(raw, base_dir or Path.cwd())
+    try:
+        return AppConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(source, error)) from None
+
+
+def load_config(path: Path) -> AppConfig:
+    """Read and validate a YAML config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config file: {error.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    return parse_config(raw, str(path), path.resolve().parent)

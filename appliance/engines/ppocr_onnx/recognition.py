@@ -1,0 +1,119 @@
+"""PP-OCR CRNN/SVTR recognition with CTC decoding that keeps a confidence and position per character.
+
+Written here rather than taken from RapidOCR because we need what it does not return: the
+confidence of each character (for routing and review) and where along the line each character
+sits (for word boxes in hOCR/ALTO), with batches grouped by width so padding stays small.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnxruntime as ort
+
+from appliance.errors import ModelError
+
+_HEIGHT = 48
+_MIN_WIDTH = 320  # PP-OCRv5's training width; narrower batches are padded to it
+
+
+@dataclass
+class LineRead:
+    """Text of one line crop with per-character confidences and centre positions (0..1 of width)."""
+
+    text: str
+    confidences: list[float]
+    positions: list[float]
+
+    @property
+    def confidence(self) -> float:
+        return float(np.mean(self.confidences)) if self.confidences else 0.0
+
+
+def load_keys(path: Path, classes: int) -> list[str]:
+    """The character table, index-aligned with the model's output classes.
+
+    ppocr_keys_v5.txt already holds the CTC blank as line 0 and a space as its last line, so the
+    file is used as is; a table whose length differs from the model's classes would shift every
+    character and is refused.
+    """
+    text = path.read_text(encoding="utf-8")
+    keys = text.split("\n")
+    if keys and keys[-1] == "":
+        keys.pop()
+    keys = [key.rstrip("\r") for key in keys]
+    if len(keys) != classes:
+        raise ModelError(
+            f"{path} has {len(keys)} entries but the recognition model has {classes} output classes"
+        )
+    return keys
+
+
+def _normalize(image: np.ndarray) -> np.ndarray:
+    return (image.astype(np.float32) / 255.0 - _NORM_MEAN) / _NORM_STD
+
+
+_NORM_MEAN = 0.5
+_NORM_STD = 0.5
+
+
+class TextRecognizer:
+    """Reads batches of line crops."""
+
+    def __init__(self, session: ort.InferenceSession, keys_path: Path, batch_size: int) -> None:
+        self._session = session
+        self._input = session.get_inputs()[0].name
+        classes = session.get_outputs()[0].shape[-1]
+        if not isinstance(classes, int):
+            classes = self._probe_classes()
+        self._keys = load_keys(keys_path, classes)
+        self._batch_size = batch_size
+
+    def _probe_classes(self) -> int:
+        probe = np.zeros((1, 3, _HEIGHT, _MIN_WIDTH), dtype=np.float32)
+        return int(self._session.run(None, {self._input: probe})[0].shape[-1])
+
+    def recognize(self, crops: list[np.ndarray]) -> list[LineRead]:
+        results: list[LineRead | None] = [None] * len(crops)
+        # Sorting by aspect ratio keeps lines of similar width together, so little is padding.
+        order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / max(crops[i].shape[0], 1))
+        for start in range(0, len(order), self._batch_size):
+            indices = order[start : start + self._batch_size]
+            for index, read in zip(indices, self._run_batch([crops[i] for i in indices]), strict=True):
+                results[index] = read
+        return [read for read in results if read is not None]
+
+    def _run_batch(self, crops: list[np.ndarray]) -> list[LineRead]:
+        ratios = [crop.shape[1] / max(crop.shape[0], 1) for crop in crops]
+        batch_width = max(_MIN_WIDTH, math.ceil(_HEIGHT * max(ratios)))
+        tensor = np.zeros((len(crops), 3, _HEIGHT, batch_width), dtype=np.float32)
+        widths = []
+        for row, (crop, ratio) in enumerate(zip(crops, ratios, strict=True)):
+            width = min(batch_width, max(1, math.ceil(_HEIGHT * ratio)))
+            resized = cv2.resize(crop, (width, _HEIGHT), interpolation=cv2.INTER_LINEAR)
+            tensor[row, :, :, :width] = _normalize(resized).transpose(2, 0, 1)
+            widths.append(width)
+        output = self._session.run(None, {self._input: tensor})[0]
+        return [self._decode(probs, width, batch_width) for probs, width in zip(output, widths, strict=True)]
+
+    def _decode(self, probs: np.ndarray, width: int, batch_width: int) -> LineRead:
+        """Greedy CTC: best class per step, repeats merged, blanks (class 0) dropped."""
+        best = probs.argmax(axis=1)
+        scores = probs[np.arange(len(best)), best]
+        steps = len(best)
+        chars: list[str] = []
+        confidences: list[float] = []
+        positions: list[float] = []
+        previous = -1
+        for step, (index, score) in enumerate(zip(best.tolist(), scores.tolist(), strict=True)):
+            if index not in (0, previous):
+                chars.append(self._keys[index])
+                confidences.append(float(score))
+                centre = (step + 0.5) * batch_width / steps
+                positions.append(min(1.0, centre / width))
+            previous = index
+        return LineRead(text="".join(chars), confidences=confidences, positions=positions)

@@ -1,0 +1,64 @@
+"""Exceptions the appliance raises on purpose, each with a machine-readable reason, and exit codes."""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+
+class ExitCode(IntEnum):
+    """Exit status of every `ocr-appliance` command (documented in the README)."""
+
+    OK = 0
+    INTERNAL_ERROR = 1
+    USAGE = 2  # argparse's own code for bad arguments
+    DOCUMENT_FAILED = 3  # at least one input could not be read; the others were processed
+    CONFIG_INVALID = 4
+    MODEL_INVALID = 5  # a model file is missing, altered or unloadable
+    OUTPUT_FAILED = 6  # results could not be written
+    INTERRUPTED = 130  # stopped by SIGINT before finishing (128 + SIGINT, as shells report it)
+
+
+class FailureReason(StrEnum):
+    """Why a document failed; written into the failed folder's JSON reason file."""
+
+    MISSING = "missing"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    CORRUPT = "corrupt"
+    TRUNCATED = "truncated"
+    ENCRYPTED = "encrypted"
+    TOO_LARGE = "too_large"
+    TOO_MANY_PAGES = "too_many_pages"
+    PAGE_TOO_LARGE = "page_too_large"
+    EMPTY = "empty"
+    ENGINE_ERROR = "engine_error"
+    OUTPUT_ERROR = "output_error"
+    INTERNAL = "internal"
+
+
+class ApplianceError(Exception):
+    """Base class of the errors the appliance reports to users."""
+
+
+class ConfigError(ApplianceError):
+    """The configuration file is missing, unparsable or invalid; the message names the key path."""
+
+
+class ModelError(ApplianceError):
+    """A model file is missing, does not match its manifest, or cannot be loaded."""
+
+
+class ProviderError(ModelError):
+    """The requested onnxruntime execution provider is not usable on this machine."""
+
+
+class DocumentError(ApplianceError):
+    """One input document cannot be processed; carries a `FailureReason` for the failed folder."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def missing(cls, path: object) -> DocumentError:
+        return cls(FailureReason.MISSING, f"{path} does not exist or is not a regular file")

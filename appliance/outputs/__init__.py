@@ -1,0 +1,1 @@
+"""Result files rendered from the Document model, written atomically."""

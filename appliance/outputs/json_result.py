@@ -1,0 +1,34 @@
+"""The JSON result: the Document serialised and checked against the versioned JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from appliance.document import Document
+
+SCHEMA_FILE = "result.schema.json"
+
+
+@cache
+def result_schema() -> dict[str, Any]:
+    text = resources.files("appliance").joinpath("schemas", SCHEMA_FILE).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validate_result(result: dict[str, Any]) -> None:
+    """Raise jsonschema.ValidationError if a result does not follow the schema."""
+    jsonschema.validate(result, result_schema(), cls=jsonschema.Draft202012Validator)
+
+
+def render_json(document: Document) -> bytes:
+    result = document.to_dict()
+    # Validated on every write: a result that breaks the schema is a bug we want to see at once,
+    # not a file that a site's importer chokes on later.
+    validate_result(result)
+    return (json.dumps(result, ensure_ascii=False, indent=1) + "\n").encode("utf-8")

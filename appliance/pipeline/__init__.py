@@ -1,0 +1,1 @@
+"""From an input file to a Document: rasterize, read each page with the engine, order the lines."""

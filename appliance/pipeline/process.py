@@ -1,0 +1,98 @@
+"""Reads one input file into a Document: hash, rasterize page by page, engine, reading order."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from appliance import __version__
+from appliance.document import Document, Page, SourceFile
+from appliance.engines.base import Engine
+from appliance.errors import DocumentError, FailureReason
+from appliance.pipeline.layout import order_page
+from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
+
+log = logging.getLogger(__name__)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class DocumentProcessor:
+    """Turns files into Documents with one engine; safe to reuse for many files."""
+
+    def __init__(self, engine: Engine, rasterizer: Rasterizer) -> None:
+        self._engine = engine
+        self._rasterizer = rasterizer
+        self._engine_description = engine.describe()
+
+    def process(self, path: Path, should_stop: Callable[[], bool] = lambda: False) -> Document:
+        """Read every page of `path`; raise DocumentError with a reason if the file cannot be read.
+
+        `should_stop` is checked between pages so a shutdown does not wait for a long document;
+        the caller then leaves the file where it is and nothing half-done is written.
+        """
+        started = time.perf_counter()
+        try:
+            size = self._rasterizer.check_size(path)
+            media_type = sniff_media_type(path)
+            digest = sha256_of(path)
+        except OSError as error:
+            raise DocumentError(
+                FailureReason.CORRUPT, f"{path.name} cannot be read: {error.strerror}"
+            ) from None
+        source = SourceFile(name=path.name, path=str(path), sha256=digest, size=size, media_type=media_type)
+        document = Document(
+            source=source,
+            engine=self._engine_description,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            appliance_version=__version__,
+        )
+        raster_started = time.perf_counter()
+        for raster in self._rasterizer.pages(path, media_type):
+            raster_ms = (time.perf_counter() - raster_started) * 1000
+            if should_stop():
+                raise InterruptedError(f"stopped while reading {path.name}")
+            try:
+                page_text = self._engine.recognize(raster.image)
+            except DocumentError:
+                raise
+            except MemoryError:
+                raise DocumentError(
+                    FailureReason.ENGINE_ERROR, f"{path.name} page {raster.index + 1}: out of memory"
+                ) from None
+            layout_started = time.perf_counter()
+            blocks = order_page(page_text.lines)
+            timings = {"rasterize": raster_ms, **page_text.timings_ms}
+            timings["layout"] = (time.perf_counter() - layout_started) * 1000
+            height, width = raster.image.shape[:2]
+            document.pages.append(
+                Page(
+                    index=raster.index,
+                    width=width,
+                    height=height,
+                    dpi=raster.dpi,
+                    blocks=blocks,
+                    timings_ms=timings,
+                    warnings=[*raster.warnings, *page_text.warnings],
+                    text_layer_chars=raster.text_layer_chars,
+                )
+            )
+            log.debug("%s page %d: %d lines", path.name, raster.index + 1, len(page_text.lines))
+            raster_started = time.perf_counter()
+        stages: dict[str, float] = {}
+        for page in document.pages:
+            for stage, value in page.timings_ms.items():
+                stages[stage] = stages.get(stage, 0.0) + value
+        stages["total"] = (time.perf_counter() - started) * 1000
+        document.timings_ms = stages
+        return document

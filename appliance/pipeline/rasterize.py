@@ -1,0 +1,237 @@
+"""Turns an input file into page images one page at a time, under limits that stop hostile files.
+
+PDF pages are rendered with pypdfium2; TIFF (multi-page, CCITT G4 included), JPEG (EXIF
+orientation honoured), PNG, BMP and WebP are decoded with Pillow. Pages are yielded one by one so
+a 500-page PDF never sits in memory whole.
+
+Text layers: a PDF page that already carries text is still OCRed from its rendered image, and
+the number of text-layer characters is recorded on the page. Scanners embed their own OCR of
+unknown quality, and one engine with per-character confidences for every page is what routing
+and review need; trusting an embedded layer is a per-profile option for later, not a default.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pypdfium2 as pdfium
+from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
+
+from appliance.config import RasterizeConfig
+from appliance.errors import DocumentError, FailureReason
+
+log = logging.getLogger(__name__)
+
+# Magic numbers of the formats we read; the extension alone is never trusted.
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF-", "application/pdf"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"BM", "image/bmp"),
+)
+_PIL_FORMATS = {
+    "image/tiff": "TIFF",
+    "image/jpeg": "JPEG",
+    "image/png": "PNG",
+    "image/bmp": "BMP",
+    "image/webp": "WEBP",
+}
+SUPPORTED_MEDIA_TYPES = ("application/pdf", *_PIL_FORMATS)
+
+
+@dataclass
+class RasterPage:
+    """One page as an HxWx3 uint8 BGR array, with where it came from."""
+
+    index: int
+    image: np.ndarray
+    dpi: float | None
+    text_layer_chars: int | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def sniff_media_type(path: Path) -> str:
+    """Media type from the file's first bytes; raise DocumentError for anything we do not read."""
+    with path.open("rb") as handle:
+        head = handle.read(16)
+    if not head:
+        raise DocumentError(FailureReason.EMPTY, f"{path.name} is empty (0 bytes)")
+    for signature, media_type in _SIGNATURES:
+        if head.startswith(signature):
+            return media_type
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    raise DocumentError(
+        FailureReason.UNSUPPORTED_FORMAT,
+        f"{path.name} is not a PDF, TIFF, JPEG, PNG, BMP or WebP file (first bytes {head[:8].hex()})",
+    )
+
+
+def _to_bgr(image: Image.Image) -> np.ndarray:
+    """Any Pillow mode (1-bit fax, 16-bit grey, palette, CMYK, alpha) to 8-bit BGR."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        array = np.asarray(image, dtype=np.float64)
+        peak = array.max() or 1.0
+        image = Image.fromarray((array * (255.0 / peak)).astype(np.uint8), mode="L")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        # Transparent scans are composited onto white paper, not onto black.
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba)
+    rgb = np.asarray(image.convert("RGB"))
+    return np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+class Rasterizer:
+    """Applies the configured limits and yields the pages of one file."""
+
+    def __init__(self, config: RasterizeConfig) -> None:
+        self._config = config
+        self._max_pixels = int(config.max_page_megapixels * 1_000_000)
+
+    def check_size(self, path: Path) -> int:
+        size = path.stat().st_size
+        limit = int(self._config.max_file_mb * 1024 * 1024)
+        if size > limit:
+            raise DocumentError(
+                FailureReason.TOO_LARGE,
+                f"{path.name} is {size / 1048576:.1f} MB, over rasterize.max_file_mb "
+                f"({self._config.max_file_mb:g} MB)",
+            )
+        return size
+
+    def pages(self, path: Path, media_type: str | None = None) -> Iterator[RasterPage]:
+        """Yield the pages of a file; raise DocumentError on anything that cannot be read safely."""
+        self.check_size(path)
+        media_type = media_type or sniff_media_type(path)
+        if media_type == "application/pdf":
+            yield from self._pdf_pages(path)
+        else:
+            yield from self._image_pages(path, media_type)
+
+    def _pdf_pages(self, path: Path) -> Iterator[RasterPage]:
+        try:
+            pdf = pdfium.PdfDocument(str(path))
+        except pdfium.PdfiumError as error:
+            text = str(error).lower()
+            if "password" in text:
+                raise DocumentError(
+                    FailureReason.ENCRYPTED, f"{path.name} is password-protected; save it without a password"
+                ) from None
+            raise DocumentError(
+                FailureReason.CORRUPT, f"{path.name} is not a readable PDF: {error}"
+            ) from None
+        try:
+            count = len(pdf)
+            if count == 0:
+                raise DocumentError(FailureReason.EMPTY, f"{path.name} has no pages")
+            if count > self._config.max_pages:
+                raise DocumentError(
+                    FailureReason.TOO_MANY_PAGES,
+                    f"{path.name} has {count} pages, over rasterize.max_pages ({self._config.max_pages})",
+                )
+            for index in range(count):
+                yield self._render_pdf_page(pdf, index, path)
+        finally:
+            pdf.close()
+
+    def _render_pdf_page(self, pdf: pdfium.PdfDocument, index: int, path: Path) -> RasterPage:
+        page = pdf[index]
+        try:
+            width_pt, height_pt = page.get_size()
+            dpi = float(self._config.pdf_dpi)
+            notes: list[str] = []
+            pixels = (width_pt * dpi / 72) * (height_pt * dpi / 72)
+            if pixels > self._max_pixels:
+                # A poster-sized page is rendered at the resolution that fits the pixel limit
+                # rather than refused: the limit exists to bound memory, and this bounds it.
+                dpi = dpi * (self._max_pixels / pixels) ** 0.5
+                notes.append(
+                    f"page rendered at {dpi:.0f} dpi instead of {self._config.pdf_dpi}"
+                    " to stay under rasterize.max_page_megapixels"
+                )
+            if dpi < 50:
+                raise DocumentError(
+                    FailureReason.PAGE_TOO_LARGE,
+                    f"{path.name} page {index + 1} is {width_pt / 72:.0f}x{height_pt / 72:.0f} inches,"
+                    " too large to render",
+                )
+            try:
+                textpage = page.get_textpage()
+                text_chars = textpage.count_chars()
+                textpage.close()
+            except pdfium.PdfiumError:
+                text_chars = None
+            bitmap = page.render(scale=dpi / 72, grayscale=False)
+            image = bitmap.to_numpy()
+            # pdfium renders BGR(A) or grey; normalise to 3-channel BGR.
+            if image.ndim == 2:
+                image = np.repeat(image[:, :, np.newaxis], 3, axis=2)
+            elif image.shape[2] == 4:
+                image = image[:, :, :3]
+            image = np.ascontiguousarray(image)
+            bitmap.close()
+        except pdfium.PdfiumError as error:
+            raise DocumentError(
+                FailureReason.CORRUPT, f"{path.name} page {index + 1} cannot be rendered: {error}"
+            ) from None
+        finally:
+            page.close()
+        return RasterPage(
+            index=index, image=image, dpi=dpi, text_layer_chars=text_chars, warnings=tuple(notes)
+        )
+
+    def _image_pages(self, path: Path, media_type: str) -> Iterator[RasterPage]:
+        # Pillow's own bomb guard warns at MAX_IMAGE_PIXELS and raises at twice that; our limit
+        # is checked from the header before any pixel is decoded, so Pillow's is set above it.
+        Image.MAX_IMAGE_PIXELS = self._max_pixels * 2
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = Image.open(path, formats=[_PIL_FORMATS[media_type]])
+        except (
+            UnidentifiedImageError,
+            Image.DecompressionBombError,
+            Image.DecompressionBombWarning,
+        ) as error:
+            raise DocumentError(FailureReason.CORRUPT, f"{path.name} cannot be decoded: {error}") from None
+        except OSError as error:
+            raise DocumentError(FailureReason.CORRUPT, f"{path.name} cannot be decoded: {error}") from None
+        with image:
+            frames = getattr(image, "n_frames", 1)
+            if frames > self._config.max_pages:
+                raise DocumentError(
+                    FailureReason.TOO_MANY_PAGES,
+                    f"{path.name} has {frames} pages, over rasterize.max_pages ({self._config.max_pages})",
+                )
+            for index, frame in enumerate(ImageSequence.Iterator(image)):
+                yield self._decode_frame(frame, index, path)
+
+    def _decode_frame(self, frame: Image.Image, index: int, path: Path) -> RasterPage:
+        width, height = frame.size
+        if width * height > self._max_pixels:
+            raise DocumentError(
+                FailureReason.PAGE_TOO_LARGE,
+                f"{path.name} page {index + 1} is {width}x{height} pixels,"
+                f" over rasterize.max_page_megapixels ({self._config.max_page_megapixels:g})",
+            )
+        if width == 0 or height == 0:
+            raise DocumentError(FailureReason.CORRUPT, f"{path.name} page {index + 1} has no pixels")
+        dpi_info = frame.info.get("dpi")
+        dpi = float(dpi_info[0]) if dpi_info and dpi_info[0] else None
+        try:
+            frame.load()
+            upright = ImageOps.exif_transpose(frame) or frame
+            image = _to_bgr(upright)
+        except (OSError, ValueError, SyntaxError) as error:
+            # Pillow reports a file cut short as OSError("image file is truncated ...").
+            reason = FailureReason.TRUNCATED if "truncated" in str(error).lower() else FailureReason.CORRUPT
+            raise DocumentError(reason, f"{path.name} page {index + 1} cannot be decoded: {error}") from None
+        return RasterPage(index=index, image=image, dpi=dpi)
