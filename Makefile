@@ -25,7 +25,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	@# Both onnxruntime flavours provide the same module: remove the other one first.
 	$(BIN)/python -m pip uninstall --quiet --yes onnxruntime onnxruntime-gpu >/dev/null 2>&1 || true
 	$(BIN)/python -m pip install --quiet -e '.[$(ORT),dev]'
