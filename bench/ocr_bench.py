@@ -1,0 +1,262 @@
+"""Benchmark the appliance's OCR pipeline against Tesseract 5 on evaluation sets with ground truth.
+
+Usage: python -m bench.ocr_bench [--config FILE] [--limit N] [--json OUT] [--no-tesseract]
+                                 [--tesseract-lang LANG] DATASET_DIR [DATASET_DIR ...]
+
+Each DATASET_DIR holds images/, gt/*.json (`image`, `lines` with `text` and `box`) and
+scoring.json (`case_insensitive`). The data is read in place and never copied.
+
+Every page goes through our full pipeline (engine from the configuration, rasterizer, engine,
+layout) via `DocumentProcessor.process`, and through `tesseract IMG stdout -l LANG tsv` with
+OMP_THREAD_LIMIT=1 (Tesseract's fastest setting on this machine, with byte-identical output).
+Scoring is described in bench/scoring.py; the primary CER orders GT and hypothesis lines by the
+same geometric rule. Speed: wall time per page (ours: `process()` including rasterising; the
+model load and one warm-up page are not counted; Tesseract: the whole subprocess), and our time
+per stage from the page's `timings_ms`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import AppConfig, load_config
+from appliance.document import Box
+from appliance.engines.factory import build_engine
+from appliance.pipeline.process import DocumentProcessor
+from appliance.pipeline.rasterize import Rasterizer
+from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
+
+OURS = "appliance"
+TESSERACT = "tesseract"
+STAGES = ("rasterize", "det", "cls", "rec", "layout")
+
+
+@dataclass(frozen=True)
+class GtPage:
+    """One evaluation page: its image and its GT lines in annotation order."""
+
+    name: str
+    image: Path
+    lines: list[TextLine]
+
+
+@dataclass
+class EngineRun:
+    """Per-page results of one engine on one dataset."""
+
+    engine: str
+    seconds: list[float] = field(default_factory=list)
+    scores: list[PageScore] = field(default_factory=list)
+    stage_ms: dict[str, list[float]] = field(default_factory=dict)
+    page_names: list[str] = field(default_factory=list)
+
+
+def load_dataset(folder: Path, limit: int | None) -> tuple[list[GtPage], bool]:
+    """The pages of a dataset (sorted by GT file name) and whether to score case-insensitively."""
+    scoring = json.loads((folder / "scoring.json").read_text(encoding="utf-8"))
+    pages: list[GtPage] = []
+    for gt_path in sorted((folder / "gt").glob("*.json")):
+        gt = json.loads(gt_path.read_text(encoding="utf-8"))
+        lines = [TextLine(item["text"], _box(item["box"])) for item in gt["lines"]]
+        pages.append(GtPage(gt_path.stem, folder / gt["image"], lines))
+    if limit is not None:
+        pages = pages[:limit]
+    return pages, bool(scoring.get("case_insensitive", False))
+
+
+def _box(values: list[float]) -> Box:
+    x0, y0, x1, y1 = (float(value) for value in values)
+    return (x0, y0, x1, y1)
+
+
+def tesseract_lang(folder: Path, override: str | None) -> str:
+    if override:
+        return override
+    return "chi_sim" if "zh" in folder.name.lower() else "eng"
+
+
+def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
+    """Lines from Tesseract's TSV: level-4 rows give line boxes, level-5 rows their words."""
+    boxes: dict[tuple[str, ...], Box] = {}
+    words: dict[tuple[str, ...], list[str]] = {}
+    for row in csv.DictReader(io.StringIO(tsv), delimiter="\t", quoting=csv.QUOTE_NONE):
+        key = (row["page_num"], row["block_num"], row["par_num"], row["line_num"])
+        left, top = float(row["left"]), float(row["top"])
+        box = (left, top, left + float(row["width"]), top + float(row["height"]))
+        if row["level"] == "4":
+            boxes[key] = box
+        elif row["level"] == "5" and (row.get("text") or "").strip():
+            words.setdefault(key, []).append(row["text"])
+    return [TextLine(" ".join(words[key]), boxes[key]) for key in boxes if key in words]
+
+
+def run_tesseract(image: Path, lang: str) -> list[TextLine]:
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    result = subprocess.run(
+        ["tesseract", str(image), "stdout", "-l", lang, "tsv"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return parse_tesseract_tsv(result.stdout)
+
+
+def run_ours(processor: DocumentProcessor, image: Path) -> tuple[list[TextLine], dict[str, float]]:
+    document = processor.process(image)
+    lines: list[TextLine] = []
+    stages: dict[str, float] = {}
+    for page in document.pages:
+        lines.extend(TextLine(line.text, line.box) for line in page.lines)
+        for stage, value in page.timings_ms.items():
+            stages[stage] = stages.get(stage, 0.0) + value
+    return lines, stages
+
+
+def _p90(values: list[float]) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
+def summarize(run: EngineRun) -> dict[str, Any]:
+    score: SetScore = micro_average(run.scores)
+    total = sum(run.seconds)
+    return {
+        "engine": run.engine,
+        **asdict(score),
+        "pages_per_s": len(run.seconds) / total if total else 0.0,
+        "s_per_page_median": statistics.median(run.seconds) if run.seconds else 0.0,
+        "s_per_page_p90": _p90(run.seconds),
+        "stage_ms_median": {stage: statistics.median(v) for stage, v in run.stage_ms.items() if v},
+    }
+
+
+def print_tables(dataset: str, summaries: list[dict[str, Any]]) -> None:
+    print(f"\n== {dataset} ==")
+    header = (
+        f"{'engine':<10} {'pages':>5} {'pages/s':>8} {'s/page med':>10} {'s/page p90':>10} "
+        f"{'CER geo':>8} {'CER annot':>9} {'bag-of-chars':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for s in summaries:
+        print(
+            f"{s['engine']:<10} {s['pages']:>5} {s['pages_per_s']:>8.3f} {s['s_per_page_median']:>10.3f} "
+            f"{s['s_per_page_p90']:>10.3f} {s['cer_geo']:>8.2%} {s['cer_annotation']:>9.2%} "
+            f"{s['bag_error']:>12.2%}"
+        )
+    print("CER geo = primary (GT and output both in geometric row order); CER annot = GT annotation")
+    print("order vs engine order; bag-of-chars = order-free lower bound. Whitespace-free, micro-averaged.")
+    for s in summaries:
+        if s["stage_ms_median"]:
+            stages = "  ".join(f"{k} {s['stage_ms_median'].get(k, 0.0):.0f}" for k in STAGES)
+            print(f"{s['engine']} median ms/page by stage: {stages}")
+
+
+def bench_dataset(
+    folder: Path,
+    processor: DocumentProcessor,
+    *,
+    limit: int | None,
+    use_tesseract: bool,
+    lang_override: str | None,
+    verbose: bool,
+) -> dict[str, Any]:
+    pages, case_insensitive = load_dataset(folder, limit)
+    ours = EngineRun(OURS, stage_ms={stage: [] for stage in STAGES})
+    tess = EngineRun(TESSERACT)
+    lang = tesseract_lang(folder, lang_override)
+    if pages:
+        processor.process(pages[0].image)  # warm-up: first-run allocations are not page time
+    for page in pages:
+        started = time.perf_counter()
+        lines, stages = run_ours(processor, page.image)
+        ours.seconds.append(time.perf_counter() - started)
+        ours.scores.append(score_page(page.lines, lines, case_insensitive))
+        ours.page_names.append(page.name)
+        for stage in STAGES:
+            ours.stage_ms[stage].append(stages.get(stage, 0.0))
+        if use_tesseract:
+            started = time.perf_counter()
+            tess_lines = run_tesseract(page.image, lang)
+            tess.seconds.append(time.perf_counter() - started)
+            tess.scores.append(score_page(page.lines, tess_lines, case_insensitive))
+            tess.page_names.append(page.name)
+        if verbose:
+            last = ours.scores[-1]
+            print(
+                f"{folder.name}/{page.name}: {ours.seconds[-1]:.2f}s geo {last.geo_errors}/{last.gt_chars}",
+                file=sys.stderr,
+            )
+    runs = [ours, tess] if use_tesseract else [ours]
+    summaries = [summarize(run) for run in runs]
+    print_tables(folder.name, summaries)
+    return {
+        "dataset": folder.name,
+        "case_insensitive": case_insensitive,
+        "tesseract_lang": lang if use_tesseract else None,
+        "summaries": summaries,
+        "pages": {
+            run.engine: [
+                {"page": name, "seconds": sec, **asdict(score)}
+                for name, sec, score in zip(run.page_names, run.seconds, run.scores, strict=True)
+            ]
+            for run in runs
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.ocr_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("datasets", nargs="+", type=Path, help="dataset folders (images/, gt/, scoring.json)")
+    parser.add_argument("--config", type=Path, help="appliance YAML config (default: built-in defaults)")
+    parser.add_argument("--limit", type=int, help="only the first N pages of each set")
+    parser.add_argument("--json", type=Path, dest="json_out", help="write all figures to this file")
+    parser.add_argument("--no-tesseract", action="store_true", help="skip the Tesseract baseline")
+    parser.add_argument("--tesseract-lang", help="Tesseract language for every set (default: by set name)")
+    parser.add_argument("--verbose", action="store_true", help="print each page's figures to stderr")
+    args = parser.parse_args(argv)
+
+    config = load_config(args.config) if args.config else AppConfig()
+    load_started = time.perf_counter()
+    engine = build_engine(config.engine)
+    load_s = time.perf_counter() - load_started
+    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
+    print(f"engine {engine.name} loaded in {load_s:.2f}s (not counted in page times)")
+    results = [
+        bench_dataset(
+            folder,
+            processor,
+            limit=args.limit,
+            use_tesseract=not args.no_tesseract,
+            lang_override=args.tesseract_lang,
+            verbose=args.verbose,
+        )
+        for folder in args.datasets
+    ]
+    engine.close()
+    if args.json_out:
+        report = {
+            "config": config.engine.model_dump(mode="json"),
+            "engine_load_s": load_s,
+            "cpu_count": os.cpu_count(),
+            "datasets": results,
+        }
+        args.json_out.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
