@@ -1,0 +1,62 @@
+"""Engines that crash, run out of memory, or read a fixed text, for tests of everything around them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from appliance.document import Line, Word
+from appliance.engines.base import PageText
+
+
+class FixedTextEngine:
+    """Reads one line with the given text and confidence on every page, instantly."""
+
+    name = "fake_fixed"
+
+    def __init__(self, text: str = "HELLO WORLD", confidence: float = 0.97) -> None:
+        self.text = text
+        self.confidence = confidence
+        self.pages_seen = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "models": []}
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        self.pages_seen += 1
+        height, width = image.shape[:2]
+        box = (10.0, 10.0, min(width - 1, 200.0), min(height - 1, 40.0))
+        line = Line(
+            text=self.text,
+            box=box,
+            polygon=((box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3])),
+            confidence=self.confidence,
+            char_confidences=[self.confidence] * len(self.text),
+            words=[Word(text=word, box=box, confidence=self.confidence) for word in self.text.split()],
+            engine=self.name,
+        )
+        return PageText(lines=[line], timings_ms={"det": 0.1, "rec": 0.1})
+
+    def close(self) -> None:
+        pass
+
+
+class CrashingEngine(FixedTextEngine):
+    """Raises an unexpected exception on pages whose top-left pixel is pure red (BGR 0,0,255)."""
+
+    name = "fake_crashing"
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+            raise RuntimeError("native code failed")
+        return super().recognize(image)
+
+
+class OutOfMemoryEngine(FixedTextEngine):
+    """Runs out of memory on every page."""
+
+    name = "fake_oom"
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        raise MemoryError

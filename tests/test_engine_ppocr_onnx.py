@@ -1,0 +1,101 @@
+"""The real PP-OCRv5 engine reads pages the tests render, within measured error bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from appliance.config import PpocrOnnxConfig
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.pipeline.layout import order_page
+from tests import rendering
+from tests.scoring import cer
+
+# Bounds: on these rendered pages the engine measured 0.8% (receipt: "2 x 4.50" read with a
+# multiplication sign) and 0.0% (Chinese pages). The bounds leave room for a few characters of
+# drift between onnxruntime versions but fail on any real regression (a shifted dictionary, a
+# lost line or a broken crop each cost well over 10%).
+RECEIPT_CER_BOUND = 0.03
+CHINESE_CER_BOUND = 0.02
+
+
+def _read(engine: PpocrOnnxEngine, image: np.ndarray) -> str:
+    return "\n".join(block.text for block in order_page(engine.recognize(image).lines))
+
+
+def test_reads_english_receipt(engine: PpocrOnnxEngine) -> None:
+    page = rendering.receipt()
+    assert cer(_read(engine, page.bgr()), page.text) <= RECEIPT_CER_BOUND
+
+
+def test_reads_chinese_page(engine: PpocrOnnxEngine) -> None:
+    page = rendering.chinese_page()
+    assert cer(_read(engine, page.bgr()), page.text) <= CHINESE_CER_BOUND
+
+
+def test_orientation_keeps_long_upright_lines(engine: PpocrOnnxEngine) -> None:
+    """Long full-width lines on an upright page are neither flipped nor dropped."""
+    page = rendering.long_chinese_lines()
+    result = engine.recognize(page.bgr())
+    assert len(result.lines) == len(page.lines)
+    assert not any(line.rotated_180 for line in result.lines)
+    assert cer(_read(engine, page.bgr()), page.text) <= CHINESE_CER_BOUND
+
+
+def test_upside_down_lines_are_read_flipped(engine: PpocrOnnxEngine) -> None:
+    page = rendering.chinese_page()
+    upside_down = np.ascontiguousarray(page.bgr()[::-1, ::-1])
+    result = engine.recognize(upside_down)
+    assert len(result.lines) == len(page.lines)
+    assert all(line.rotated_180 for line in result.lines)
+    read = "".join(sorted(line.text.replace(" ", "") for line in result.lines))
+    expected = "".join(sorted(line.text.replace(" ", "") for line in page.lines))
+    assert cer(read, expected) <= CHINESE_CER_BOUND
+
+
+def test_lines_carry_boxes_words_and_confidences(engine: PpocrOnnxEngine) -> None:
+    page = rendering.receipt()
+    result = engine.recognize(page.bgr())
+    total = next(line for line in result.lines if line.text == "TOTAL")
+    expected = next(line for line in page.lines if line.text == "TOTAL")
+    # The detected box covers the rendered text box (DB boxes are a little larger).
+    x0, y0, x1, y1 = total.box
+    ex0, ey0, ex1, ey1 = expected.box
+    assert x0 <= ex0 + 3 and y0 <= ey0 + 3 and x1 >= ex1 - 3 and y1 >= ey1 - 3
+    assert x1 - x0 < (ex1 - ex0) * 1.5
+    assert len(total.char_confidences) == len(total.text)
+    assert all(0.0 <= c <= 1.0 for c in total.char_confidences)
+    assert total.confidence > 0.9
+    # Word boxes split a line at its spaces, left to right, inside the line's box.
+    address = next(line for line in result.lines if line.text.startswith("12 JALAN"))
+    assert [word.text for word in address.words] == address.text.split()
+    lefts = [word.box[0] for word in address.words]
+    assert lefts == sorted(lefts)
+    for word in address.words:
+        assert address.box[0] - 2 <= word.box[0] < word.box[2] <= address.box[2] + 2
+
+
+def test_blank_page_reads_nothing(engine: PpocrOnnxEngine) -> None:
+    blank = np.full((1200, 900, 3), 255, dtype=np.uint8)
+    assert engine.recognize(blank).lines == []
+
+
+def test_reports_the_provider_it_runs_on(engine: PpocrOnnxEngine) -> None:
+    description = engine.describe()
+    providers = {model["role"]: model["provider"] for model in description["models"]}
+    assert providers["det"] == providers["rec"] == providers["cls"] == "CPUExecutionProvider"
+    assert providers["keys"] is None
+
+
+def test_orientation_can_be_switched_off() -> None:
+    engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", use_line_orientation=False))
+    assert "cls" not in engine.providers
+    page = rendering.chinese_page()
+    assert cer(_read(engine, page.bgr()), page.text) <= CHINESE_CER_BOUND
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_counts_are_configurable(threads: int) -> None:
+    engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=threads))
+    page = rendering.receipt()
+    assert cer(_read(engine, page.bgr()), page.text) <= RECEIPT_CER_BOUND

@@ -1,0 +1,40 @@
+"""Reading order: visual rows top to bottom, each row left to right."""
+
+from __future__ import annotations
+
+from appliance.document import Line
+from appliance.pipeline.layout import group_rows, order_page
+
+
+def _line(text: str, x0: float, y0: float, x1: float, y1: float) -> Line:
+    return Line(text=text, box=(x0, y0, x1, y1), polygon=(), confidence=1.0, char_confidences=[1.0])
+
+
+def test_pieces_of_one_row_stay_together_even_when_tops_differ() -> None:
+    lines = [
+        _line("9.00", 600, 104, 680, 134),
+        _line("TOTAL", 40, 100, 160, 130),
+        _line("CASH", 40, 150, 130, 180),
+        _line("10.00", 590, 152, 680, 182),
+    ]
+    rows = group_rows(lines)
+    assert [[line.text for line in row] for row in rows] == [["TOTAL", "9.00"], ["CASH", "10.00"]]
+
+
+def test_rows_are_ordered_top_to_bottom() -> None:
+    lines = [_line(str(i), 10, 300 - 50 * i, 100, 330 - 50 * i) for i in range(5)]
+    assert [block.text for block in order_page(lines)] == ["4", "3", "2", "1", "0"]
+
+
+def test_a_tall_line_does_not_swallow_its_neighbours() -> None:
+    lines = [
+        _line("TITLE", 10, 0, 400, 80),
+        _line("left", 10, 90, 100, 110),
+        _line("right", 500, 60, 600, 80),
+    ]
+    texts = [block.text for block in order_page(lines)]
+    assert texts[-1] == "left"
+
+
+def test_empty_page_has_no_blocks() -> None:
+    assert order_page([]) == []
