@@ -22,7 +22,7 @@ from watchdog.observers import Observer
 
 from appliance.config import AppConfig, HotFolderConfig
 from appliance.errors import DocumentError, FailureReason
-from appliance.intake_filter import is_candidate
+from appliance.intake.filtering import is_candidate
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import output_paths, write_outputs
 from appliance.pipeline.process import DocumentProcessor

@@ -54,10 +54,13 @@ class ProviderError(ModelError):
 class DocumentError(ApplianceError):
     """One input document cannot be processed; carries a `FailureReason` for the failed folder."""
 
-    def __init__(self, reason: FailureReason, message: str) -> None:
+    def __init__(self, reason: FailureReason, message: str, transient: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        # Transient: the same file may well succeed later (the engine ran out of memory while
+        # other work held it), so it is retried with backoff instead of failed.
+        self.transient = transient
 
     @classmethod
     def missing(cls, path: object) -> DocumentError:

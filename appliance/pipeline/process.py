@@ -35,11 +35,14 @@ class DocumentProcessor:
         self._rasterizer = rasterizer
         self._engine_description = engine.describe()
 
-    def process(self, path: Path, should_stop: Callable[[], bool] = lambda: False) -> Document:
+    def process(
+        self, path: Path, should_stop: Callable[[], bool] = lambda: False, source_path: str | None = None
+    ) -> Document:
         """Read every page of `path`; raise DocumentError with a reason if the file cannot be read.
 
         `should_stop` is checked between pages so a shutdown does not wait for a long document;
         the caller then leaves the file where it is and nothing half-done is written.
+        `source_path` is where the file came from (its hot folder path) when `path` is a spool copy.
         """
         started = time.perf_counter()
         try:
@@ -50,7 +53,9 @@ class DocumentProcessor:
             raise DocumentError(
                 FailureReason.CORRUPT, f"{path.name} cannot be read: {error.strerror}"
             ) from None
-        source = SourceFile(name=path.name, path=str(path), sha256=digest, size=size, media_type=media_type)
+        source = SourceFile(
+            name=path.name, path=source_path or str(path), sha256=digest, size=size, media_type=media_type
+        )
         document = Document(
             source=source,
             engine=self._engine_description,
@@ -68,7 +73,9 @@ class DocumentProcessor:
                 raise
             except MemoryError:
                 raise DocumentError(
-                    FailureReason.ENGINE_ERROR, f"{path.name} page {raster.index + 1}: out of memory"
+                    FailureReason.ENGINE_ERROR,
+                    f"{path.name} page {raster.index + 1}: out of memory",
+                    transient=True,
                 ) from None
             layout_started = time.perf_counter()
             blocks = order_page(page_text.lines)

@@ -1,0 +1,223 @@
+"""Engine worker subprocesses: a crash, OOM kill or hang in native code costs a worker, not the daemon.
+
+Each worker loads the engine once and then reads one job at a time sent over a pipe; it writes the
+result files itself (atomically) so a Document never crosses the pipe, and answers with a small
+outcome. The daemon notices a dead or overdue worker, kills it, records why in the journal and
+starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from appliance.config import RasterizeConfig
+from appliance.engines.base import Engine
+from appliance.errors import DocumentError, FailureReason, ModelError
+from appliance.outputs.writer import write_outputs
+from appliance.pipeline.process import DocumentProcessor
+from appliance.pipeline.rasterize import Rasterizer
+
+log = logging.getLogger(__name__)
+
+EngineFactory = Callable[[], Engine]
+
+# "spawn", not "fork": the daemon has threads (watchdog observers) and onnxruntime thread pools,
+# and forking a threaded process can deadlock the child on a lock some other thread held.
+_CONTEXT = multiprocessing.get_context("spawn")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a worker needs to read one claimed file."""
+
+    job_id: str
+    input_path: str
+    source_path: str
+    output_dir: str
+    stem: str
+    formats: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What came of one job."""
+
+    job_id: str
+    outputs: dict[str, str] = field(default_factory=dict)
+    pages: int = 0
+    confidence: float | None = None
+    failure: str | None = None  # a FailureReason value
+    message: str = ""
+    transient: bool = False  # worth retrying later (out of memory)
+    interrupted: bool = False  # stopped by a shutdown; the job did not fail
+    seconds: float = 0.0
+
+
+def _read_one(processor: DocumentProcessor, request: JobRequest, stop: threading.Event) -> JobOutcome:
+    started = time.monotonic()
+    try:
+        document = processor.process(
+            Path(request.input_path), should_stop=stop.is_set, source_path=request.source_path
+        )
+        written = write_outputs(document, Path(request.output_dir), request.stem, request.formats)
+    except InterruptedError:
+        return JobOutcome(request.job_id, interrupted=True, message="stopped by shutdown")
+    except DocumentError as error:
+        return JobOutcome(
+            request.job_id, failure=error.reason.value, message=error.message, transient=error.transient
+        )
+    except OSError as error:
+        return JobOutcome(
+            request.job_id, failure=FailureReason.OUTPUT_ERROR.value, message=f"cannot write results: {error}"
+        )
+    except Exception as error:  # a bug on one file must cost that file, not the worker
+        log.exception("unexpected error on job %s", request.job_id)
+        return JobOutcome(
+            request.job_id, failure=FailureReason.INTERNAL.value, message=f"{type(error).__name__}: {error}"
+        )
+    return JobOutcome(
+        request.job_id,
+        outputs={fmt: str(path) for fmt, path in written.items()},
+        pages=len(document.pages),
+        confidence=document.confidence,
+        seconds=time.monotonic() - started,
+    )
+
+
+def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
+    """Body of a worker process."""
+    stop = threading.Event()
+    # Ctrl-C reaches the whole process group; only the daemon decides when a worker stops. SIGTERM
+    # from the daemon asks for a stop between pages.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        engine = engine_factory()
+    except ModelError as error:
+        connection.send(("load_failed", str(error)))
+        return
+    connection.send(("ready", engine.describe()))
+    processor = DocumentProcessor(engine, Rasterizer(rasterize))
+    while not stop.is_set():
+        try:
+            request = connection.recv()
+        except (EOFError, OSError):
+            break  # the daemon went away
+        if request is None:
+            break
+        connection.send(("outcome", _read_one(processor, request, stop)))
+    engine.close()
+
+
+class Worker:
+    """The daemon's handle on one worker process."""
+
+    def __init__(self, name: str, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
+        self.name = name
+        self._factory = engine_factory
+        self._rasterize = rasterize
+        self._process: BaseProcess | None = None
+        self._connection: Connection | None = None
+        self.job: JobRequest | None = None
+        self.job_started = 0.0
+        self.description: dict[str, Any] = {}
+
+    def start(self, timeout: float = 300.0) -> None:
+        """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
+        parent, child = _CONTEXT.Pipe()
+        process = _CONTEXT.Process(
+            target=worker_main, args=(child, self._factory, self._rasterize), name=self.name, daemon=True
+        )
+        process.start()
+        child.close()
+        self._process, self._connection = process, parent
+        self.job = None
+        if not parent.poll(timeout):
+            self.kill()
+            raise ModelError(f"{self.name}: the engine did not load within {timeout:.0f} s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            self.kill()
+            raise ModelError(f"{self.name}: the worker died while loading the engine") from None
+        if kind != "ready":
+            self.kill()
+            raise ModelError(str(payload))
+        self.description = payload
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def exit_description(self) -> str:
+        code = None if self._process is None else self._process.exitcode
+        if code is None:
+            return "worker is still running"
+        if code < 0:
+            return f"worker killed by {signal.Signals(-code).name}"
+        return f"worker exited with status {code}"
+
+    def submit(self, request: JobRequest) -> None:
+        assert self._connection is not None and self.job is None
+        self._connection.send(request)
+        self.job = request
+        self.job_started = time.monotonic()
+
+    def poll(self) -> JobOutcome | None:
+        """The outcome of the current job if it is ready, without waiting."""
+        if self._connection is None or self.job is None:
+            return None
+        try:
+            if not self._connection.poll():
+                return None
+            kind, outcome = self._connection.recv()
+        except (EOFError, OSError):
+            return None  # died mid-job: the caller sees alive() is False
+        if kind != "outcome":
+            return None
+        self.job = None
+        assert isinstance(outcome, JobOutcome)
+        return outcome
+
+    def running_for(self) -> float:
+        return time.monotonic() - self.job_started if self.job else 0.0
+
+    def request_stop(self) -> None:
+        """Ask the worker to stop between pages (its job comes back as interrupted)."""
+        if self._process is not None and self._process.is_alive() and self._process.pid:
+            self._process.terminate()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Let an idle worker exit, or kill it if it does not."""
+        if self._connection is not None and self._process is not None and self._process.is_alive():
+            with contextlib.suppress(OSError):
+                self._connection.send(None)
+            self._process.join(timeout)
+        self.kill()
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = None
+        self.job = None
