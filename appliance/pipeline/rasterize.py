@@ -12,7 +12,10 @@ and review need; trusting an embedded layer is a per-profile option for later, n
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
+import struct
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pypdfium2 as pdfium
-from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 from appliance.config import RasterizeConfig
 from appliance.errors import DocumentError, FailureReason
@@ -143,7 +146,13 @@ class Rasterizer:
             pdf.close()
 
     def _render_pdf_page(self, pdf: pdfium.PdfDocument, index: int, path: Path) -> RasterPage:
-        page = pdf[index]
+        try:
+            page = pdf[index]
+        except pdfium.PdfiumError as error:
+            # A page tree whose /Count promises more pages than it holds fails here, on that page.
+            raise DocumentError(
+                FailureReason.CORRUPT, f"{path.name} page {index + 1} cannot be loaded: {error}"
+            ) from None
         try:
             width_pt, height_pt = page.get_size()
             dpi = float(self._config.pdf_dpi)
@@ -153,11 +162,14 @@ class Rasterizer:
                 # A poster-sized page is rendered at the resolution that fits the pixel limit
                 # rather than refused: the limit exists to bound memory, and this bounds it.
                 dpi = dpi * (self._max_pixels / pixels) ** 0.5
+                # pdfium rounds the bitmap's sides up, which can land a few pixels over the limit.
+                while math.ceil(width_pt * dpi / 72) * math.ceil(height_pt * dpi / 72) > self._max_pixels:
+                    dpi *= 0.999
                 notes.append(
                     f"page rendered at {dpi:.0f} dpi instead of {self._config.pdf_dpi}"
                     " to stay under rasterize.max_page_megapixels"
                 )
-            if dpi < 50:
+            if dpi < _MIN_PDF_DPI:
                 raise DocumentError(
                     FailureReason.PAGE_TOO_LARGE,
                     f"{path.name} page {index + 1} is {width_pt / 72:.0f}x{height_pt / 72:.0f} inches,"
@@ -192,27 +204,70 @@ class Rasterizer:
         # Pillow's own bomb guard warns at MAX_IMAGE_PIXELS and raises at twice that; our limit
         # is checked from the header before any pixel is decoded, so Pillow's is set above it.
         Image.MAX_IMAGE_PIXELS = self._max_pixels * 2
+        pil_format = _PIL_FORMATS[media_type]
+        try:
+            with _ShortReads() as short_reads, warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = Image.open(path, formats=[pil_format])
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+            # Pillow refuses these from the header alone, so they are over our limit too.
+            raise DocumentError(
+                FailureReason.PAGE_TOO_LARGE,
+                f"{path.name} claims more pixels than rasterize.max_page_megapixels allows: {error}",
+            ) from None
+        except _DECODE_ERRORS as error:
+            raise DocumentError(
+                _failure_reason(error, short_reads), f"{path.name} cannot be decoded: {error}"
+            ) from None
+        with image:
+            if short_reads:
+                # A TIFF whose first page directory is cut short opens as a one-page file; saying
+                # so would silently drop the pages that were cut off.
+                raise DocumentError(
+                    FailureReason.TRUNCATED, f"{path.name} is cut short: {short_reads.messages[0]}"
+                )
+            self._check_frame_count(path, pil_format)
+            for index in itertools.count():
+                if index > 0:
+                    try:
+                        with _ShortReads() as short_reads:
+                            image.seek(index)
+                    except EOFError:
+                        return
+                    except _DECODE_ERRORS as error:
+                        raise DocumentError(
+                            _failure_reason(error, short_reads),
+                            f"{path.name} page {index + 1} cannot be read: {error}",
+                        ) from None
+                    if short_reads:
+                        raise DocumentError(
+                            FailureReason.TRUNCATED,
+                            f"{path.name} page {index + 1} is cut short: {short_reads.messages[0]}",
+                        )
+                yield self._decode_frame(image, index, path)
+
+    def _check_frame_count(self, path: Path, pil_format: str) -> None:
+        """Refuse a file with more than max_pages frames, reading at most max_pages + 1 headers.
+
+        Pillow's n_frames walks every page directory of a TIFF (quadratic in their number: 20 000
+        empty pages in a 2 MB file take seconds), so a crafted file could stall the daemon before
+        any limit applied. Seeking to the first frame past the limit reads no further than that.
+        A separate handle is used because a failed seek leaves a Pillow image in an unreliable
+        state; a page whose header is broken is reported when the pages reach it, after the
+        good pages before it.
+        """
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                image = Image.open(path, formats=[_PIL_FORMATS[media_type]])
-        except (
-            UnidentifiedImageError,
-            Image.DecompressionBombError,
-            Image.DecompressionBombWarning,
-        ) as error:
-            raise DocumentError(FailureReason.CORRUPT, f"{path.name} cannot be decoded: {error}") from None
-        except OSError as error:
-            raise DocumentError(FailureReason.CORRUPT, f"{path.name} cannot be decoded: {error}") from None
-        with image:
-            frames = getattr(image, "n_frames", 1)
-            if frames > self._config.max_pages:
-                raise DocumentError(
-                    FailureReason.TOO_MANY_PAGES,
-                    f"{path.name} has {frames} pages, over rasterize.max_pages ({self._config.max_pages})",
-                )
-            for index, frame in enumerate(ImageSequence.Iterator(image)):
-                yield self._decode_frame(frame, index, path)
+                # Short-read warnings come again, and are judged, when the pages reach that header.
+                warnings.simplefilter("ignore")
+                with Image.open(path, formats=[pil_format]) as probe:
+                    probe.seek(self._config.max_pages)
+        except _DECODE_ERRORS:  # EOFError included: there is no frame past the limit
+            return
+        raise DocumentError(
+            FailureReason.TOO_MANY_PAGES,
+            f"{path.name} has more than rasterize.max_pages ({self._config.max_pages}) pages",
+        )
 
     def _decode_frame(self, frame: Image.Image, index: int, path: Path) -> RasterPage:
         width, height = frame.size
@@ -230,8 +285,65 @@ class Rasterizer:
             frame.load()
             upright = ImageOps.exif_transpose(frame) or frame
             image = _to_bgr(upright)
-        except (OSError, ValueError, SyntaxError) as error:
-            # Pillow reports a file cut short as OSError("image file is truncated ...").
-            reason = FailureReason.TRUNCATED if "truncated" in str(error).lower() else FailureReason.CORRUPT
-            raise DocumentError(reason, f"{path.name} page {index + 1} cannot be decoded: {error}") from None
+        except _DECODE_ERRORS as error:
+            raise DocumentError(
+                _failure_reason(error), f"{path.name} page {index + 1} cannot be decoded: {error}"
+            ) from None
         return RasterPage(index=index, image=image, dpi=dpi)
+
+
+# A poster page is rendered smaller rather than refused (see _render_pdf_page), down to this. The
+# largest page PDF allows without UserUnit, 200x200 inches, comes out at about 45 dpi under the
+# default 80-megapixel limit, where poster-sized type is still legible; below 20 dpi even 72-point
+# type is under 20 pixels high, so nothing would be read and the page is refused instead.
+_MIN_PDF_DPI = 20.0
+
+# What Pillow's decoders raise on malformed input. Its format plugins are Python code parsing
+# hostile bytes, so besides the documented OSError/SyntaxError a bad header can surface as
+# TypeError ("Missing dimensions"), ValueError, EOFError or struct.error; each is the file's
+# fault and becomes a DocumentError, never a crash of the whole run.
+_DECODE_ERRORS = (OSError, EOFError, SyntaxError, ValueError, TypeError, IndexError, KeyError, struct.error)
+
+
+class _ShortReads:
+    """Records Pillow's short-read warnings inside a block ("... but only got M", "Truncated File Read").
+
+    Pillow's TIFF reader does not raise when a page directory runs past the end of the file: it
+    warns and carries on with the tags it got. Those warnings are the only sign that the file was
+    cut short rather than written wrong, so they are collected here (and not printed).
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught: list[warnings.WarningMessage] = []
+
+    def __enter__(self) -> _ShortReads:
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always", UserWarning)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._catcher.__exit__(None, None, None)
+        for caught in self._caught:
+            text = str(caught.message)
+            if "only got" in text.lower() or "truncated" in text.lower():
+                self.messages.append(text.strip())
+            else:
+                # Not a sign of truncation: pass it on as if it had not been caught.
+                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+
+def _failure_reason(error: BaseException, short_reads: _ShortReads | None = None) -> FailureReason:
+    """TRUNCATED when the file ended before its data did, CORRUPT for anything else it holds.
+
+    The two get different advice (re-send or re-scan versus repair), so one cut-short file must
+    not be called corrupt at one byte offset and truncated at the next: Pillow says "image file
+    is truncated" while decoding pixels but "Truncated File Read" while reading a header.
+    """
+    if isinstance(error, EOFError) or "truncated" in str(error).lower() or short_reads:
+        return FailureReason.TRUNCATED
+    return FailureReason.CORRUPT
