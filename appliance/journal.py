@@ -1,0 +1,543 @@
+"""Crash-safe job journal: one SQLite file in WAL mode, the single source of truth for every claimed file."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+
+from appliance.errors import ApplianceError
+
+SCHEMA_VERSION = 1
+
+# Waiting this long for another connection's write lock is normal under load (a second daemon
+# thread, an API reader checkpointing); beyond it something is stuck and the caller should hear it.
+BUSY_TIMEOUT_MS = 10_000
+
+RECOVER_REASON = "daemon stopped while the job was running"
+
+
+class JobState(StrEnum):
+    """Where a job is in its life; done, review and failed are final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    REVIEW = "review"
+    FAILED = "failed"
+
+
+FINISHED_STATES = (JobState.DONE, JobState.REVIEW, JobState.FAILED)
+
+# The whole state machine: (from, to) pairs that `finish` accepts. start_next, retry_later,
+# worker_died and recover each check their own single source state.
+_FINISH_FROM: dict[JobState, tuple[JobState, ...]] = {
+    JobState.RUNNING: (JobState.DONE, JobState.REVIEW, JobState.FAILED),
+    # A duplicate whose earlier result is re-issued, or a file refused before reading, never runs.
+    JobState.QUEUED: (JobState.DONE, JobState.FAILED),
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One claimed file as the journal last recorded it."""
+
+    id: str
+    sha256: str
+    source_folder: str
+    relative_path: str
+    name: str
+    size: int
+    spool_path: str
+    profile: str
+    priority: int
+    state: JobState
+    attempts: int
+    reason: str | None
+    created_at: float
+    updated_at: float
+    not_before: float
+    outputs: dict[str, str]
+    duplicate_of: str | None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One recorded state change; `seq` is global and never reused, so readers can resume after it."""
+
+    seq: int
+    job_id: str
+    from_state: JobState | None
+    to_state: JobState
+    reason: str
+    at: float
+
+
+class JournalError(ApplianceError):
+    """The journal file cannot be used: not a journal, written by a newer appliance, or not WAL-capable."""
+
+
+class InvalidTransition(Exception):  # noqa: N818 - the name is part of the journal's API
+    """A state change the state machine does not allow; a bug in the caller, never a user error."""
+
+    def __init__(self, job_id: str, from_state: JobState, to_state: JobState) -> None:
+        super().__init__(f"job {job_id}: cannot go from {from_state} to {to_state}")
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+class UnknownJobError(LookupError):
+    """No job with that id is in the journal (never added, or pruned)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id} in the journal")
+        self.job_id = job_id
+
+
+_SCHEMA = """
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    source_folder TEXT NOT NULL,
+    relative_path TEXT NOT NULL,
+    name TEXT NOT NULL,
+    size INTEGER NOT NULL CHECK (size >= 0),
+    spool_path TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'review', 'failed')),
+    attempts INTEGER NOT NULL CHECK (attempts >= 0),
+    reason TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    not_before REAL NOT NULL,
+    outputs TEXT NOT NULL,
+    -- No foreign key: pruning an original must not fail, nor silently turn its re-issued
+    -- duplicates into originals that find_done_by_sha256 would then hand out.
+    duplicate_of TEXT
+);
+CREATE INDEX jobs_queue ON jobs (state, priority DESC, created_at);
+CREATE INDEX jobs_sha256 ON jobs (sha256, state);
+CREATE INDEX jobs_created ON jobs (created_at);
+CREATE INDEX jobs_finished ON jobs (state, updated_at);
+CREATE TABLE transitions (
+    -- AUTOINCREMENT so a seq is never reused even after prune deletes the newest rows:
+    -- a client resuming "after seq N" must never miss a later transition.
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX transitions_job ON transitions (job_id, seq);
+"""
+
+_JOB_COLUMNS = (
+    "id, sha256, source_folder, relative_path, name, size, spool_path, profile, priority, state, "
+    "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of"
+)
+_JOB_PLACEHOLDERS = ", ".join(f":{column.strip()}" for column in _JOB_COLUMNS.split(","))
+
+
+def _job(row: sqlite3.Row) -> Job:
+    return Job(
+        id=row["id"],
+        sha256=row["sha256"],
+        source_folder=row["source_folder"],
+        relative_path=row["relative_path"],
+        name=row["name"],
+        size=row["size"],
+        spool_path=row["spool_path"],
+        profile=row["profile"],
+        priority=row["priority"],
+        state=JobState(row["state"]),
+        attempts=row["attempts"],
+        reason=row["reason"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        not_before=row["not_before"],
+        outputs=json.loads(row["outputs"]),
+        duplicate_of=row["duplicate_of"],
+    )
+
+
+def _transition(row: sqlite3.Row) -> Transition:
+    from_state = row["from_state"]
+    return Transition(
+        seq=row["seq"],
+        job_id=row["job_id"],
+        from_state=None if from_state is None else JobState(from_state),
+        to_state=JobState(row["to_state"]),
+        reason=row["reason"],
+        at=row["at"],
+    )
+
+
+def _check_page(limit: int, offset: int = 0) -> None:
+    # SQLite reads a negative LIMIT as "no limit", which would turn a caller's bug into a full scan.
+    if limit < 0 or offset < 0:
+        raise ValueError(f"limit and offset must not be negative (got {limit}, {offset})")
+
+
+class Journal:
+    """The job journal. Use from one thread at a time; any thread may be that thread.
+
+    Several `Journal` objects, in one process or several, may share the file: every write takes
+    SQLite's write lock first (`BEGIN IMMEDIATE`), so two of them never hand out the same job.
+    """
+
+    def __init__(self, path: Path, max_attempts: int = 3) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1 (got {max_attempts})")
+        self.path = path
+        self.max_attempts = max_attempts
+        # Calls are serialised by this lock, so the connection may move between threads
+        # (created by the daemon's main thread, used by its scheduler thread).
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: the module must not open transactions behind our back; every
+        # write opens its own BEGIN IMMEDIATE so a state change and its transition commit together.
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        # Rows by column name: the mapping to Job cannot drift when a migration adds a column.
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._configure()
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            self._conn.close()
+            raise JournalError(f"{path} cannot be opened as a job journal: {error}") from error
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _configure(self) -> None:
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            # Without WAL (e.g. some network file systems) readers would block the daemon's writes.
+            raise JournalError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); use a local disk")
+        # In WAL mode, NORMAL only syncs at checkpoints: a job reported done could come back as
+        # running after a power cut and be read twice. FULL syncs the WAL on every commit.
+        conn.execute("PRAGMA synchronous = FULL")
+        # Off by default in SQLite; needed for transitions' ON DELETE CASCADE and job references.
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        # IMMEDIATE so two processes opening a fresh file at once cannot both create the schema.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise JournalError(
+                    f"{self.path} was written by a newer appliance (journal schema version {version}; "
+                    f"this version understands up to {SCHEMA_VERSION}); upgrade the appliance "
+                    "or move the journal aside"
+                )
+            if version == 0:
+                (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                if tables:
+                    raise JournalError(f"{self.path} is an SQLite file but not a job journal")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: a crash, or an exception here, leaves all of it or none of it."""
+        with self._lock:
+            conn = self._conn
+            # IMMEDIATE takes the write lock before reading, so the state we check is the state we
+            # change; a deferred transaction could read, then lose the race to another connection.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _load(self, conn: sqlite3.Connection, job_id: str) -> Job:
+        row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJobError(job_id)
+        return _job(row)
+
+    def _move(
+        self,
+        conn: sqlite3.Connection,
+        job: Job,
+        to_state: JobState,
+        reason: str,
+        at: float,
+        *,
+        attempts: int | None = None,
+        not_before: float | None = None,
+        outputs: dict[str, str] | None = None,
+        duplicate_of: str | None = None,
+    ) -> Job:
+        """Change one job's state and record the transition, inside the caller's transaction."""
+        changed = conn.execute(
+            "UPDATE jobs SET state = ?, reason = ?, updated_at = ?, attempts = ?, not_before = ?, "
+            "outputs = ?, duplicate_of = ? WHERE id = ? AND state = ?",
+            (
+                to_state.value,
+                reason,
+                at,
+                job.attempts if attempts is None else attempts,
+                job.not_before if not_before is None else not_before,
+                json.dumps(job.outputs if outputs is None else outputs, sort_keys=True),
+                job.duplicate_of if duplicate_of is None else duplicate_of,
+                job.id,
+                job.state.value,
+            ),
+        ).rowcount
+        if changed != 1:  # the caller read the job in this same transaction; this is a bug guard
+            raise RuntimeError(f"job {job.id} changed under an IMMEDIATE transaction")
+        self._record(conn, job.id, job.state, to_state, reason=reason, at=at)
+        return self._load(conn, job.id)
+
+    def _record(
+        self,
+        conn: sqlite3.Connection,
+        job_id: str,
+        from_state: JobState | None,
+        to_state: JobState,
+        *,
+        reason: str,
+        at: float,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO transitions (job_id, from_state, to_state, reason, at) VALUES (?, ?, ?, ?, ?)",
+            (job_id, None if from_state is None else from_state.value, to_state.value, reason, at),
+        )
+
+    def add(
+        self,
+        *,
+        sha256: str,
+        source_folder: str,
+        relative_path: str,
+        name: str,
+        size: int,
+        spool_path: str,
+        profile: str = "default",
+        priority: int = 0,
+        reason: str = "claimed",
+        now: float | None = None,
+    ) -> Job:
+        """Record a newly claimed file as queued."""
+        at = time.time() if now is None else now
+        job_id = uuid.uuid4().hex
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({_JOB_PLACEHOLDERS})",
+                {
+                    "id": job_id,
+                    "sha256": sha256,
+                    "source_folder": source_folder,
+                    "relative_path": relative_path,
+                    "name": name,
+                    "size": size,
+                    "spool_path": spool_path,
+                    "profile": profile,
+                    "priority": priority,
+                    "state": JobState.QUEUED.value,
+                    "attempts": 0,
+                    "reason": reason,
+                    "created_at": at,
+                    "updated_at": at,
+                    "not_before": at,
+                    "outputs": "{}",
+                    "duplicate_of": None,
+                },
+            )
+            self._record(conn, job_id, None, JobState.QUEUED, reason=reason, at=at)
+            return self._load(conn, job_id)
+
+    def get(self, job_id: str) -> Job | None:
+        with self._read() as conn:
+            row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job(row)
+
+    def start_next(self, now: float | None = None) -> Job | None:
+        """Hand out the most urgent startable job as running, counting the attempt; None if none."""
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            row = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? AND not_before <= ? "
+                # rowid breaks created_at ties in insertion order (a coarse clock can repeat).
+                "ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 1",
+                (JobState.QUEUED.value, at),
+            ).fetchone()
+            if row is None:
+                return None
+            job = _job(row)
+            # Counted here, before any worker exists: a crash from now on is an attempt used up,
+            # which is what stops a file that kills the daemon from looping forever.
+            return self._move(conn, job, JobState.RUNNING, "started", at, attempts=job.attempts + 1)
+
+    def finish(
+        self,
+        job_id: str,
+        state: JobState,
+        reason: str,
+        outputs: dict[str, str] | None = None,
+        duplicate_of: str | None = None,
+        *,
+        now: float | None = None,
+    ) -> Job:
+        """Close a job: running → done, review or failed; queued → done or failed (never ran)."""
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            job = self._load(conn, job_id)
+            if state not in _FINISH_FROM.get(job.state, ()):
+                raise InvalidTransition(job_id, job.state, state)
+            if duplicate_of is not None:
+                if duplicate_of == job_id:
+                    raise ValueError(f"job {job_id} cannot be a duplicate of itself")
+                self._load(conn, duplicate_of)
+            return self._move(conn, job, state, reason, at, outputs=outputs, duplicate_of=duplicate_of)
+
+    def retry_later(self, job_id: str, reason: str, delay_seconds: float, *, now: float | None = None) -> Job:
+        """Requeue a running job after a transient error, or fail it once its attempts are used up."""
+        if not math.isfinite(delay_seconds) or delay_seconds < 0:
+            raise ValueError(f"delay_seconds must be a finite number >= 0 (got {delay_seconds})")
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            job = self._load(conn, job_id)
+            if job.state is not JobState.RUNNING:
+                raise InvalidTransition(job_id, job.state, JobState.QUEUED)
+            if job.attempts >= self.max_attempts:
+                return self._move(
+                    conn, job, JobState.FAILED, f"gave up after {job.attempts} attempts: {reason}", at
+                )
+            return self._move(conn, job, JobState.QUEUED, reason, at, not_before=at + delay_seconds)
+
+    def worker_died(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
+        """Requeue a job whose worker died, or fail it as poison once it has used all its attempts."""
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            return self._died(conn, self._load(conn, job_id), reason, at)
+
+    def _died(self, conn: sqlite3.Connection, job: Job, reason: str, at: float) -> Job:
+        if job.state is not JobState.RUNNING:
+            raise InvalidTransition(job.id, job.state, JobState.QUEUED)
+        if job.attempts >= self.max_attempts:
+            poison = f"poison: killed its worker {job.attempts} times ({reason})"
+            return self._move(conn, job, JobState.FAILED, poison, at)
+        # The attempt was counted by start_next; no backoff, the death may have been the daemon's.
+        return self._move(conn, job, JobState.QUEUED, reason, at)
+
+    def recover(self, *, now: float | None = None) -> list[Job]:
+        """At start-up, requeue (or fail as poison) every job a crash left running.
+
+        Call it only while no other daemon uses this journal: a running job here is assumed dead.
+        """
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? ORDER BY rowid",
+                (JobState.RUNNING.value,),
+            ).fetchall()
+            return [self._died(conn, _job(row), RECOVER_REASON, at) for row in rows]
+
+    def find_done_by_sha256(self, sha256: str) -> Job | None:
+        """The most recent original result (done or review, not itself a duplicate) for this content."""
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE sha256 = ? AND state IN (?, ?) "
+                "AND duplicate_of IS NULL ORDER BY updated_at DESC, rowid DESC LIMIT 1",
+                (sha256, JobState.DONE.value, JobState.REVIEW.value),
+            ).fetchone()
+        return None if row is None else _job(row)
+
+    def jobs(self, state: JobState | None = None, limit: int = 100, offset: int = 0) -> list[Job]:
+        """Jobs newest first, optionally in one state."""
+        _check_page(limit, offset)
+        where, args = ("", ()) if state is None else ("WHERE state = ?", (state.value,))
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs {where} ORDER BY created_at DESC, rowid DESC "
+                "LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+        return [_job(row) for row in rows]
+
+    def counts(self) -> dict[JobState, int]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall()
+        found = {JobState(state): int(count) for state, count in rows}
+        return {state: found.get(state, 0) for state in JobState}
+
+    def transitions(
+        self, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[Transition]:
+        """Transitions in seq order after `after_seq`, optionally of one job; page on with the last seq."""
+        _check_page(limit)
+        where, args = ("", ()) if job_id is None else ("AND job_id = ?", (job_id,))
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT seq, job_id, from_state, to_state, reason, at FROM transitions "
+                f"WHERE seq > ? {where} ORDER BY seq LIMIT ?",
+                (after_seq, *args, limit),
+            ).fetchall()
+        return [_transition(row) for row in rows]
+
+    def prune(self, older_than_seconds: float, now: float | None = None) -> list[Job]:
+        """Delete finished jobs last changed before now - older_than_seconds, with their transitions.
+
+        Returns the deleted jobs so the caller can delete their spool files; once this commits the
+        journal no longer claims them, so a crash before the files go leaves only orphans, never jobs
+        pointing at missing files.
+        """
+        cutoff = (time.time() if now is None else now) - older_than_seconds
+        finished = tuple(state.value for state in FINISHED_STATES)
+        with self._write() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?, ?) AND updated_at < ? ORDER BY rowid",
+                (*finished, cutoff),
+            ).fetchall()
+            pruned = [_job(row) for row in rows]
+            # Explicit rather than relying on the cascade, which is only as safe as foreign_keys=ON.
+            conn.executemany("DELETE FROM transitions WHERE job_id = ?", [(job.id,) for job in pruned])
+            conn.executemany("DELETE FROM jobs WHERE id = ?", [(job.id,) for job in pruned])
+        return pruned
