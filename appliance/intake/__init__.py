@@ -1,0 +1,1 @@
+"""Hot-folder intake: watching, settling, completeness checks, filtering and claiming files."""
