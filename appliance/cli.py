@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import signal
@@ -115,22 +116,27 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
 
 
 def _cmd_run(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
-    from appliance.daemon import HotFolderDaemon
+    from appliance.daemon import Daemon
     from appliance.engines.factory import build_engine
     from appliance.logging_setup import setup_logging
-    from appliance.pipeline.process import DocumentProcessor
-    from appliance.pipeline.rasterize import Rasterizer
 
     config = load_config(args.config)
     setup_logging(config.logging.level)
     if not config.hot_folders:
         raise ConfigError(f"{args.config}: hot_folders is empty; there is nothing to watch")
-    engine = build_engine(config.engine)
-    for model in engine.describe()["models"]:
-        if model["provider"]:
-            log.info("engine %s: %s runs on %s", engine.name, model["name"], model["provider"])
-    HotFolderDaemon(config, DocumentProcessor(engine, Rasterizer(config.rasterize))).run(stop)
-    engine.close()
+    # The engine is built inside each worker process; a partial of a module-level function and a
+    # (picklable) config is what the spawn start method can send there.
+    daemon = Daemon(config, functools.partial(build_engine, config.engine))
+    daemon.start()
+    for model in daemon.engine_description.get("models", []):
+        if model.get("provider"):
+            log.info(
+                "engine %s: %s runs on %s",
+                daemon.engine_description["name"],
+                model["name"],
+                model["provider"],
+            )
+    daemon.run(stop)
     return ExitCode.OK
 
 

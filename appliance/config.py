@@ -15,6 +15,7 @@ from pydantic import (
     StrictInt,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from appliance.errors import ConfigError
@@ -64,30 +65,77 @@ class RasterizeConfig(_Strict):
 
 
 class HotFolderConfig(_Strict):
-    """One watched folder and where its results go."""
+    """One watched folder, the profile its documents are read with, and where everything goes."""
 
     path: Path
     output_dir: Path
     archive_dir: Path
     failed_dir: Path
+    profile: str = "default"
+    watch: Literal["auto", "inotify", "poll"] = "auto"
+    ignore: tuple[str, ...] = ()
+
+    @field_validator("ignore", mode="before")
+    @classmethod
+    def _ignore_list_to_tuple(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
 
 
-class DaemonConfig(_Strict):
-    """The long-running watcher."""
+class IntakeConfig(_Strict):
+    """How files are noticed and when they count as complete."""
 
     settle_seconds: StrictFloat = Field(default=2.0, ge=0)
+    incomplete_timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     rescan_seconds: StrictFloat = Field(default=300.0, gt=0)
+    poll_seconds: StrictFloat = Field(default=5.0, gt=0)
+    min_free_mb: StrictFloat = Field(default=500.0, ge=0)
+    reprocess_duplicates: StrictBool = False
+    originals: Literal["archive", "delete"] = "archive"
+
+
+class JobsConfig(_Strict):
+    """Worker processes, timeouts, retries and how long finished jobs are remembered."""
+
+    workers: StrictInt = Field(default=1, ge=1, le=64)
+    timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
+    max_attempts: StrictInt = Field(default=3, ge=1)
+    retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)
+    retention_days: StrictFloat = Field(default=30.0, gt=0)
+
+
+def _to_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
 
 
 class OutputsConfig(_Strict):
-    """Which result files are written per document."""
+    """Which result files are written per document, and with which permissions."""
 
     formats: tuple[OutputFormat, ...] = ("json", "text")
+    mode: str = Field(default="0644", pattern=r"^0?[0-7]{3}$")
+    group: str | None = None
 
     @field_validator("formats", mode="before")
     @classmethod
     def _list_to_tuple(cls, value: object) -> object:
-        return tuple(value) if isinstance(value, list) else value
+        return _to_tuple(value)
+
+
+class ProfileConfig(_Strict):
+    """How documents of one kind are handled: their priority and result formats."""
+
+    priority: StrictInt = 0
+    formats: tuple[OutputFormat, ...] | None = None  # None: outputs.formats
+
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, value: object) -> object:
+        return _to_tuple(value)
+
+
+class PathsConfig(_Strict):
+    """Where the appliance keeps its own state: the journal and the spool of claimed files."""
+
+    state_dir: Path = Path("/var/lib/ocr-appliance")
 
 
 class LoggingConfig(_Strict):
@@ -100,17 +148,36 @@ class AppConfig(_Strict):
     """The whole configuration file."""
 
     version: Literal[1] = 1
+    paths: PathsConfig = PathsConfig()
     hot_folders: tuple[HotFolderConfig, ...] = ()
+    profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: {"default": ProfileConfig()})
     engine: EngineConfig = EngineConfig()
     rasterize: RasterizeConfig = RasterizeConfig()
     outputs: OutputsConfig = OutputsConfig()
-    daemon: DaemonConfig = DaemonConfig()
+    intake: IntakeConfig = IntakeConfig()
+    jobs: JobsConfig = JobsConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("hot_folders", mode="before")
     @classmethod
     def _folders_list_to_tuple(cls, value: object) -> object:
-        return tuple(value) if isinstance(value, list) else value
+        return _to_tuple(value)
+
+    @model_validator(mode="after")
+    def _folders_name_known_profiles(self) -> AppConfig:
+        if "default" not in self.profiles:
+            self.profiles["default"] = ProfileConfig()
+        for index, folder in enumerate(self.hot_folders):
+            if folder.profile not in self.profiles:
+                known = ", ".join(sorted(self.profiles))
+                raise ValueError(
+                    f"hot_folders[{index}].profile {folder.profile!r} is not a profile ({known})"
+                )
+        return self
+
+    def formats_for(self, profile: str) -> tuple[OutputFormat, ...]:
+        """Result formats of a profile (its own, or the global ones)."""
+        return self.profiles[profile].formats or self.outputs.formats
 
 
 def _format_validation_error(source: str, error: ValidationError) -> str:
@@ -123,6 +190,8 @@ def _format_validation_error(source: str, error: ValidationError) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key (check its spelling and its place in the file)"
+        elif item["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         lines.append(f"  {path}: {message}")
     return "\n".join(lines)
 
@@ -137,6 +206,9 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> dict[str, object]:
                     value = folder.get(key)
                     if isinstance(value, str):
                         folder[key] = base / value
+    paths = raw.get("paths")
+    if isinstance(paths, dict) and isinstance(paths.get("state_dir"), str):
+        paths["state_dir"] = base / paths["state_dir"]
     engine = raw.get("engine")
     if isinstance(engine, dict) and isinstance(engine.get("ppocr_onnx"), dict):
         ppocr = engine["ppocr_onnx"]

@@ -1,64 +1,75 @@
-"""The foreground daemon: watches the hot folders, reads each settled file, writes its results.
+"""The daemon: hot folders in, the journal in the middle, worker processes reading, results out.
 
-This is the minimal loop: in-process reading, a settle time, originals archived after the
-outputs are durable, failures moved aside with a JSON reason. The crash-safe journal, spool and
-worker subprocesses replace the in-memory `pending` map and the direct `process` call.
+One thread owns the journal and every decision; watchdog's observer threads only forward events
+into a queue, and engines run in worker subprocesses. Every file goes through the same steps:
+seen → settled (size and mtime stable) → complete (format check) → claimed into the spool and
+journalled → read by a worker → results written → original archived. A crash at any point leaves
+the journal and the spool in a state that the next start resumes from, without losing a file or
+reading one twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import grp
 import json
 import logging
+import multiprocessing.connection
+import os
 import queue
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TextIO
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from appliance.config import AppConfig, HotFolderConfig
-from appliance.errors import DocumentError, FailureReason
+from appliance.errors import ConfigError, FailureReason
+from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
+from appliance.intake.completeness import check_complete
 from appliance.intake.filtering import is_candidate
-from appliance.outputs.atomic import write_atomic
-from appliance.outputs.writer import output_paths, write_outputs
-from appliance.pipeline.process import DocumentProcessor
+from appliance.intake.stability import FileStabilityTracker
+from appliance.intake.watch import make_observer
+from appliance.journal import Job, JobState, Journal
+from appliance.outputs.atomic import fsync_directory, write_atomic
+from appliance.outputs.writer import output_paths
+from appliance.workers import EngineFactory, JobOutcome, JobRequest, Worker
 
 log = logging.getLogger(__name__)
 
-_TICK_SECONDS = 0.25
-
-
-@dataclass
-class _Pending:
-    """A file seen but not yet settled: taken once size and mtime stop changing."""
-
-    folder: HotFolderConfig
-    size: int
-    mtime_ns: int
-    stable_since: float
+_TICK_SECONDS = 0.2
+_PRUNE_EVERY_SECONDS = 3600.0
+_STOP_GRACE_SECONDS = 30.0
 
 
 class _EventForwarder(FileSystemEventHandler):
     """Forwards watchdog events to the daemon's thread; does no work on the observer's thread."""
 
-    def __init__(self, folder: HotFolderConfig, events: queue.Queue[tuple[HotFolderConfig, Path]]) -> None:
+    def __init__(
+        self, folder: HotFolderConfig, events: queue.SimpleQueue[tuple[HotFolderConfig, Path]]
+    ) -> None:
         self._folder = folder
         self._events = events
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
+            if event.event_type in ("created", "moved"):
+                # A folder moved in whole brings files no event will mention: scan it.
+                target = getattr(event, "dest_path", "") or event.src_path
+                self._events.put((self._folder, Path(str(target))))
             return
         target = getattr(event, "dest_path", "") or event.src_path
-        path = Path(target if isinstance(target, str) else target.decode())
-        self._events.put((self._folder, path))
+        self._events.put((self._folder, Path(target if isinstance(target, str) else target.decode())))
 
 
 def _unique_path(path: Path) -> Path:
-    """`path`, or `name-1.ext`, `name-2.ext`... if it exists: never overwrite an earlier file."""
+    """`path`, or `name-1.ext`, `name-2.ext`... if taken: an earlier file is never overwritten."""
     candidate, counter = path, 0
     while candidate.exists():
         counter += 1
@@ -66,50 +77,205 @@ def _unique_path(path: Path) -> Path:
     return candidate
 
 
-class HotFolderDaemon:
-    """Watches every configured hot folder until `stop` is set."""
+def _move_file(source: Path, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target = _unique_path(target)
+    shutil.move(str(source), target)
+    fsync_directory(target.parent)
+    return target
 
-    def __init__(self, config: AppConfig, processor: DocumentProcessor) -> None:
+
+def _failure_reason(journal_reason: str) -> FailureReason:
+    """The machine-readable reason of a failed job, from the reason the journal recorded."""
+    head = journal_reason.split(":", 1)[0]
+    if head == "poison":
+        return FailureReason.POISON
+    if head.startswith("gave up after"):
+        return FailureReason.GAVE_UP
+    known = {item.value for item in FailureReason}
+    return FailureReason(head) if head in known else FailureReason.INTERNAL
+
+
+@dataclass
+class _FolderState:
+    config: HotFolderConfig
+    tracker: FileStabilityTracker
+    observer: BaseObserver | None = None
+    refused: set[Path] = field(default_factory=set)
+    incomplete_reported: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    last_check: dict[Path, float] = field(default_factory=dict)
+
+
+@dataclass
+class DaemonStats:
+    """Counters for logs and the status line."""
+
+    claimed: int = 0
+    done: int = 0
+    failed: int = 0
+    duplicates: int = 0
+    worker_restarts: int = 0
+    intake_paused: bool = False
+    last_progress: float = field(default_factory=time.monotonic)
+
+
+class Daemon:
+    """Runs until `stop` is set; `start()` raises ModelError or ConfigError if it cannot start."""
+
+    def __init__(self, config: AppConfig, engine_factory: EngineFactory) -> None:
         self._config = config
-        self._processor = processor
-        self._events: queue.Queue[tuple[HotFolderConfig, Path]] = queue.Queue()
-        self._pending: dict[Path, _Pending] = {}
-        self._refused: set[Path] = set()
-        self.processed = 0
-        self.failed = 0
+        self._engine_factory = engine_factory
+        state_dir = config.paths.state_dir
+        self._spool = state_dir / "spool"
+        self._journal_path = state_dir / "journal.sqlite3"
+        self._journal: Journal | None = None
+        self._events: queue.SimpleQueue[tuple[HotFolderConfig, Path]] = queue.SimpleQueue()
+        self._folders = {
+            folder.path: _FolderState(folder, FileStabilityTracker(config.intake.settle_seconds))
+            for folder in config.hot_folders
+        }
+        self._folder_by_source = {str(folder.path): folder for folder in config.hot_folders}
+        self._workers = [
+            Worker(f"ocr-worker-{index}", engine_factory, config.rasterize)
+            for index in range(config.jobs.workers)
+        ]
+        self._jobs_by_worker: dict[str, Job] = {}
+        self._output_gid = grp.getgrnam(config.outputs.group).gr_gid if config.outputs.group else None
+        self._output_mode = int(config.outputs.mode, 8)
+        self.stats = DaemonStats()
+        self.engine_description: dict[str, Any] = {}
+        self.ready = threading.Event()
+        self._lock_handle: TextIO | None = None
 
-    def run(self, stop: threading.Event) -> None:
-        observer = Observer()
+    @property
+    def journal(self) -> Journal:
+        assert self._journal is not None, "the daemon has not started"
+        return self._journal
+
+    # -- start and stop -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the journal, resume after a crash, load the engine in the workers, start watching."""
         for folder in self._config.hot_folders:
             for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
                 directory.mkdir(parents=True, exist_ok=True)
-            observer.schedule(_EventForwarder(folder, self._events), str(folder.path), recursive=True)
-        observer.start()
+        self._spool.mkdir(parents=True, exist_ok=True)
+        self._take_instance_lock()
+        self._journal = Journal(self._journal_path, max_attempts=self._config.jobs.max_attempts)
+        for job in self.journal.recover():
+            log.warning("job %s (%s) was running when the daemon stopped: %s", job.id, job.name, job.state)
+            if job.state is JobState.FAILED:
+                self._settle_finished(job)
+        self._reconcile_spool()
+        for worker in self._workers:
+            worker.start()
+        self.engine_description = self._workers[0].description
+        for state in self._folders.values():
+            observer = make_observer(state.config.path, state.config.watch, self._config.intake.poll_seconds)
+            observer.schedule(
+                _EventForwarder(state.config, self._events), str(state.config.path), recursive=True
+            )
+            observer.start()
+            state.observer = observer
+        self._rescan()
+        self.ready.set()
         log.info(
-            "watching %s", ", ".join(str(folder.path) for folder in self._config.hot_folders) or "nothing"
+            "ready: watching %s with %d worker(s)",
+            ", ".join(str(path) for path in self._folders) or "nothing",
+            len(self._workers),
         )
+
+    def _take_instance_lock(self) -> None:
+        """Refuse to start while another daemon uses the same state folder.
+
+        Recovery treats every running job as abandoned; with two daemons on one journal the second
+        would take live jobs away from the first and read them twice.
+        """
+        lock_path = self._config.paths.state_dir / "daemon.lock"
+        handle = lock_path.open("a+")
         try:
-            self._rescan()
-            next_rescan = time.monotonic() + self._config.daemon.rescan_seconds
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ConfigError(
+                f"another ocr-appliance daemon uses {self._config.paths.state_dir} ({lock_path} is locked)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock_handle = handle
+
+    def run(self, stop: threading.Event) -> None:
+        """Start (if not started) and work until `stop` is set, then shut down cleanly."""
+        if not self.ready.is_set():
+            self.start()
+        next_rescan = time.monotonic() + self._config.intake.rescan_seconds
+        next_prune = time.monotonic()
+        try:
             while not stop.is_set():
                 self._drain_events()
-                if time.monotonic() >= next_rescan:
+                now = time.monotonic()
+                if now >= next_rescan:
                     self._rescan()  # safety net for events lost on network mounts or under load
-                    next_rescan = time.monotonic() + self._config.daemon.rescan_seconds
-                for path in self._settled():
-                    if stop.is_set():
-                        break
-                    self._handle(path, stop)
-                stop.wait(_TICK_SECONDS)
+                    next_rescan = now + self._config.intake.rescan_seconds
+                if now >= next_prune:
+                    self._prune()
+                    next_prune = now + _PRUNE_EVERY_SECONDS
+                self._intake()
+                self._collect()
+                self._dispatch()
+                self._wait_for_work(stop)
         finally:
-            observer.stop()
-            observer.join(timeout=5)
-            log.info("stopped: %d processed, %d failed", self.processed, self.failed)
+            self._shutdown()
+
+    def _wait_for_work(self, stop: threading.Event) -> None:
+        """Sleep one tick, waking as soon as a worker reports, so throughput is not tick-bound."""
+        pipes = [
+            worker.connection for worker in self._workers if worker.busy and worker.connection is not None
+        ]
+        if pipes:
+            multiprocessing.connection.wait(pipes, timeout=_TICK_SECONDS)
+        else:
+            stop.wait(_TICK_SECONDS)
+
+    def _shutdown(self) -> None:
+        for state in self._folders.values():
+            if state.observer is not None:
+                state.observer.stop()
+        busy = [worker for worker in self._workers if worker.busy]
+        for worker in busy:
+            worker.request_stop()  # the worker stops between pages and reports the job interrupted
+        deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        while any(worker.busy for worker in self._workers) and time.monotonic() < deadline:
+            self._collect(restart=False)
+            time.sleep(0.05)
+        for worker in self._workers:
+            if worker.busy:
+                job = self._jobs_by_worker.pop(worker.name)
+                worker.kill()
+                self.journal.release(job.id, "daemon stopped while the job was running")
+            worker.shutdown()
+        for state in self._folders.values():
+            if state.observer is not None:
+                state.observer.join(timeout=5)
+        if self._journal is not None:
+            self._journal.close()
+        if self._lock_handle is not None:
+            self._lock_handle.close()  # closing releases the flock
+        log.info(
+            "stopped: %d done, %d failed, %d duplicate(s) re-issued",
+            self.stats.done,
+            self.stats.failed,
+            self.stats.duplicates,
+        )
+
+    # -- intake ---------------------------------------------------------------------------------
 
     def _rescan(self) -> None:
-        for folder in self._config.hot_folders:
-            for path in sorted(folder.path.rglob("*")):
-                self._events.put((folder, path))
+        for state in self._folders.values():
+            for path in sorted(state.config.path.rglob("*")):
+                self._events.put((state.config, path))
 
     def _drain_events(self) -> None:
         while True:
@@ -117,104 +283,333 @@ class HotFolderDaemon:
                 folder, path = self._events.get_nowait()
             except queue.Empty:
                 return
-            self._observe(folder, path)
+            if path.is_dir() and not path.is_symlink():
+                for child in sorted(path.rglob("*")):
+                    self._observe(folder, child)
+            else:
+                self._observe(folder, path)
 
     def _observe(self, folder: HotFolderConfig, path: Path) -> None:
-        try:
-            path.relative_to(folder.path)
-        except ValueError:
-            return  # moved out of the folder
-        ok, reason = is_candidate(path, folder.path)
+        state = self._folders[folder.path]
+        ok, reason = is_candidate(path, folder.path, folder.ignore)
         if not ok:
-            self._pending.pop(path, None)
-            if reason and path not in self._refused:
-                self._refused.add(path)
+            state.tracker.forget(path)
+            if reason and path not in state.refused:
+                state.refused.add(path)
                 log.warning("refused %s: %s", path, reason)
             return
-        try:
-            info = path.stat()
-        except FileNotFoundError:
-            self._pending.pop(path, None)
-            return
-        known = self._pending.get(path)
-        if known is None or (known.size, known.mtime_ns) != (info.st_size, info.st_mtime_ns):
-            self._pending[path] = _Pending(folder, info.st_size, info.st_mtime_ns, time.monotonic())
+        state.tracker.observe(path)
 
-    def _settled(self) -> list[Path]:
-        """Files whose size and mtime have not changed for the settle time (re-checked on disk)."""
+    def _disk_is_low(self) -> bool:
+        """Whether free space is under the watermark where claims, results or archives would land."""
+        limit = self._config.intake.min_free_mb * 1024 * 1024
+        places = {self._spool} | {folder.output_dir for folder in self._config.hot_folders}
+        low = [place for place in places if shutil.disk_usage(place).free < limit]
+        if low and not self.stats.intake_paused:
+            log.warning(
+                "intake paused: less than %.0f MB free on %s; files wait in the hot folders",
+                self._config.intake.min_free_mb,
+                ", ".join(map(str, low)),
+            )
+        elif not low and self.stats.intake_paused:
+            log.info("intake resumed: disk space is back above the watermark")
+        self.stats.intake_paused = bool(low)
+        return bool(low)
+
+    def _intake(self) -> None:
+        if self._disk_is_low():
+            return
+        for state in self._folders.values():
+            for path in state.tracker.settled():
+                self._consider(state, path)
+
+    def _consider(self, state: _FolderState, path: Path) -> None:
+        """A settled file: claim it if complete; otherwise wait, and report it after the timeout."""
         now = time.monotonic()
-        ready = []
-        for path, pending in list(self._pending.items()):
-            self._observe(pending.folder, path)
-            current = self._pending.get(path)
-            if current is None:
-                continue
-            if current.size > 0 and now - current.stable_since >= self._config.daemon.settle_seconds:
-                ready.append(path)
-        return sorted(ready)
+        if now - state.last_check.get(path, 0.0) < max(self._config.intake.settle_seconds, 0.5):
+            return  # checked a moment ago and unchanged since: do not re-read its tail every tick
+        state.last_check[path] = now
+        try:
+            result = check_complete(path)
+        except OSError:
+            state.tracker.forget(path)  # vanished or unreadable; a later event brings it back
+            return
+        if not result.complete:
+            waited = now - (state.tracker.waiting_since(path) or now)
+            if waited >= self._config.intake.incomplete_timeout_seconds:
+                self._report_incomplete(state, path, result.reason or "incomplete")
+            return
+        state.tracker.forget(path)
+        state.last_check.pop(path, None)
+        self._claim(state, path)
 
-    def _handle(self, path: Path, stop: threading.Event) -> None:
-        pending = self._pending.pop(path)
-        folder = pending.folder
-        relative = path.relative_to(folder.path)
-        started = time.monotonic()
-        try:
-            document = self._processor.process(path, should_stop=stop.is_set)
-        except InterruptedError:
-            log.info("left %s in the inbox: stopping", path.name)
+    def _report_incomplete(self, state: _FolderState, path: Path, reason: str) -> None:
+        """Write a reason file once per version of the file; the file stays where it is.
+
+        It is not moved: a scanner may still hold it open, and moving it would break the upload.
+        If it changes later it goes through settling again and is claimed once complete.
+        """
+        info = path.stat()
+        version = (info.st_size, info.st_mtime_ns)
+        if state.incomplete_reported.get(path) == version:
             return
-        except DocumentError as error:
-            self._fail(folder, path, relative, error.reason, error.message)
-            return
-        except Exception as error:  # a bug or a native failure must not stop the watcher
-            log.exception("unexpected error while reading %s", path)
-            self._fail(folder, path, relative, FailureReason.INTERNAL, f"{type(error).__name__}: {error}")
-            return
-        output_dir = folder.output_dir / relative.parent
-        stem = relative.name
-        if any(p.exists() for p in output_paths(output_dir, stem, self._config.outputs.formats).values()):
-            stem = f"{relative.name}.{document.source.sha256[:12]}"
-        try:
-            written = write_outputs(document, output_dir, stem, self._config.outputs.formats)
-        except OSError as error:
-            self._fail(folder, path, relative, FailureReason.OUTPUT_ERROR, f"cannot write results: {error}")
-            return
-        archived = self._move(path, folder.archive_dir / relative)
-        self.processed += 1
-        log.info(
-            "read %s: %d page(s), %d line(s), confidence %s, %.1f s -> %s (original in %s)",
+        state.incomplete_reported[path] = version
+        relative = path.relative_to(state.config.path)
+        log.error(
+            "%s is still incomplete after %.0f s: %s",
             relative,
-            len(document.pages),
-            sum(len(page.lines) for page in document.pages),
-            "n/a" if document.confidence is None else f"{document.confidence:.3f}",
-            time.monotonic() - started,
-            ", ".join(str(p) for p in written.values()),
-            archived,
+            self._config.intake.incomplete_timeout_seconds,
+            reason,
+        )
+        self._write_reason(state.config.failed_dir / relative, relative, FailureReason.INCOMPLETE, reason)
+
+    def _claim(self, state: _FolderState, path: Path) -> None:
+        try:
+            claimed = claim(path, state.config.path, self._spool)
+        except ClaimChangedError as error:
+            log.warning("%s", error)
+            return
+        except FileNotFoundError:
+            return  # vanished between the check and the claim: nothing to do
+        except OSError as error:
+            if path not in state.refused:
+                state.refused.add(path)
+                log.error("cannot claim %s: %s", path, error)
+            return
+        relative = Path(claimed.relative_path)
+        stale_reason = state.config.failed_dir / f"{relative}.error.json"
+        if state.incomplete_reported.pop(path, None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                stale_reason.unlink()  # it completed after all
+        self.stats.claimed += 1
+        job = self._journal_add(claimed, state.config)
+        log.info("claimed %s as job %s (%d bytes, sha256 %s)", relative, job.id, job.size, job.sha256[:12])
+        self._reissue_if_duplicate(job)
+
+    def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
+        return self.journal.add(
+            sha256=claimed.sha256,
+            source_folder=claimed.source_folder,
+            relative_path=claimed.relative_path,
+            name=Path(claimed.relative_path).name,
+            size=claimed.size,
+            spool_path=str(claimed.spool_path),
+            profile=folder.profile,
+            priority=self._config.profiles[folder.profile].priority,
         )
 
-    def _fail(
-        self, folder: HotFolderConfig, path: Path, relative: Path, reason: FailureReason, message: str
-    ) -> None:
-        self.failed += 1
-        log.error("failed %s: %s (%s)", relative, message, reason.value)
-        try:
-            moved = self._move(path, folder.failed_dir / relative)
-        except OSError as error:
-            log.error("cannot move %s to the failed folder: %s", path, error)
+    def _reissue_if_duplicate(self, job: Job) -> None:
+        """The same content read before: issue the earlier result again instead of reading it twice."""
+        if self._config.intake.reprocess_duplicates:
             return
+        earlier = self.journal.find_done_by_sha256(job.sha256)
+        if earlier is None or earlier.id == job.id:
+            return
+        sources = {fmt: Path(path) for fmt, path in earlier.outputs.items()}
+        if not sources or not all(path.is_file() for path in sources.values()):
+            return  # the earlier results are gone: read it again
+        folder = self._folder_by_source[job.source_folder]
+        output_dir, stem = self._output_location(job, folder)
+        targets = output_paths(output_dir, stem, sources)
+        for fmt, source in sources.items():
+            write_atomic(targets[fmt], source.read_bytes(), self._output_mode)
+            self._apply_group(targets[fmt])
+        finished = self.journal.finish(
+            job.id,
+            JobState.DONE,
+            f"duplicate of job {earlier.id}: its result was issued again",
+            {fmt: str(path) for fmt, path in targets.items()},
+            duplicate_of=earlier.id,
+        )
+        self.stats.duplicates += 1
+        log.info("%s is a duplicate of job %s: result issued again", job.relative_path, earlier.id)
+        self._settle_finished(finished)
+
+    def _reconcile_spool(self) -> None:
+        """Queue claimed files the journal never heard of; finish archiving finished jobs' files."""
+        for job_dir in sorted(self._spool.iterdir()) if self._spool.is_dir() else []:
+            files = [path for path in job_dir.iterdir() if path.name != "claim.json"]
+            job = next(
+                (found for path in files if (found := self.journal.find_by_spool_path(str(path)))), None
+            )
+            if job is not None and job.state in (JobState.DONE, JobState.REVIEW, JobState.FAILED):
+                self._settle_finished(job)
+        known = {str(path) for job_dir in self._spool.iterdir() for path in job_dir.iterdir()}
+        known = {path for path in known if self.journal.find_by_spool_path(path) is not None}
+        for orphan in orphaned_claims(self._spool, known):
+            folder = self._folder_by_source.get(orphan.source_folder)
+            if folder is None:
+                log.error(
+                    "spooled file %s came from %s, which is no longer configured; left in the spool",
+                    orphan.spool_path,
+                    orphan.source_folder,
+                )
+                continue
+            job = self._journal_add(orphan, folder)
+            log.warning(
+                "queued %s, claimed before a crash but never journalled, as job %s",
+                orphan.relative_path,
+                job.id,
+            )
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def _output_location(self, job: Job, folder: HotFolderConfig) -> tuple[Path, str]:
+        """Output folder and file stem for a job: deterministic, so a retried job overwrites its own.
+
+        The stem is the original name unless results of *other* content already carry it; then the
+        content hash is added (`scan.pdf.3f2a9c1b0d4e.json`). A result of the same content (this job
+        interrupted by a crash, or a duplicate) is simply replaced.
+        """
+        relative = Path(job.relative_path)
+        output_dir = folder.output_dir / relative.parent
+        stem = relative.name
+        formats = self._config.formats_for(job.profile)
+        existing = [path for path in output_paths(output_dir, stem, formats).values() if path.exists()]
+        if existing:
+            json_path = output_dir / f"{stem}.json"
+            try:
+                same = json.loads(json_path.read_text(encoding="utf-8"))["source"]["sha256"] == job.sha256
+            except (OSError, ValueError, KeyError, TypeError):
+                same = False
+            if not same:
+                stem = f"{stem}.{job.sha256[:12]}"
+        return output_dir, stem
+
+    def _dispatch(self) -> None:
+        for worker in self._workers:
+            if worker.busy or not worker.alive():
+                continue
+            job = self.journal.start_next()
+            if job is None:
+                return
+            folder = self._folder_by_source.get(job.source_folder)
+            if folder is None:
+                finished = self.journal.finish(
+                    job.id, JobState.FAILED, "its hot folder is no longer configured"
+                )
+                log.error("job %s: %s", job.id, finished.reason)
+                continue
+            output_dir, stem = self._output_location(job, folder)
+            request = JobRequest(
+                job_id=job.id,
+                input_path=job.spool_path,
+                source_path=str(folder.path / job.relative_path),
+                output_dir=str(output_dir),
+                stem=stem,
+                formats=self._config.formats_for(job.profile),
+                mode=self._output_mode,
+                gid=self._output_gid,
+            )
+            worker.submit(request)
+            self._jobs_by_worker[worker.name] = job
+            log.debug("job %s (%s) started on %s, attempt %d", job.id, job.name, worker.name, job.attempts)
+
+    def _collect(self, restart: bool = True) -> None:
+        """Take finished outcomes; deal with workers that died or overran their time."""
+        for worker in self._workers:
+            if not worker.busy:
+                continue
+            job = self._jobs_by_worker[worker.name]
+            outcome = worker.poll()
+            if outcome is not None:
+                self._jobs_by_worker.pop(worker.name)
+                self._finish(job, outcome)
+                continue
+            if not worker.alive():
+                reason = worker.exit_description()
+            elif worker.running_for() > self._config.jobs.timeout_seconds:
+                reason = f"timed out after {self._config.jobs.timeout_seconds:.0f} s"
+            else:
+                continue
+            self._jobs_by_worker.pop(worker.name)
+            worker.kill()
+            updated = self.journal.worker_died(job.id, reason)
+            log.error("job %s (%s): %s; now %s", job.id, job.relative_path, reason, updated.state)
+            if updated.state is JobState.FAILED:
+                self.stats.failed += 1
+                self._settle_finished(updated)
+            if restart:
+                self.stats.worker_restarts += 1
+                worker.start()
+
+    def _finish(self, job: Job, outcome: JobOutcome) -> None:
+        self.stats.last_progress = time.monotonic()
+        if outcome.interrupted:
+            self.journal.release(job.id, outcome.message)
+            return
+        if outcome.failure is None:
+            confidence = "n/a" if outcome.confidence is None else f"{outcome.confidence:.3f}"
+            finished = self.journal.finish(
+                job.id,
+                JobState.DONE,
+                f"read {outcome.pages} page(s), confidence {confidence}",
+                outcome.outputs,
+            )
+            self.stats.done += 1
+            log.info(
+                "done %s: %d page(s), confidence %s, %.1f s",
+                job.relative_path,
+                outcome.pages,
+                confidence,
+                outcome.seconds,
+            )
+            self._settle_finished(finished)
+            return
+        if outcome.transient:
+            delay = self._config.jobs.retry_backoff_seconds * 2 ** (job.attempts - 1)
+            updated = self.journal.retry_later(job.id, f"{outcome.failure}: {outcome.message}", delay)
+            if updated.state is JobState.QUEUED:
+                log.warning("job %s: %s; retrying in %.0f s", job.id, outcome.message, delay)
+                return
+        else:
+            updated = self.journal.finish(job.id, JobState.FAILED, f"{outcome.failure}: {outcome.message}")
+        self.stats.failed += 1
+        log.error("failed %s: %s", job.relative_path, updated.reason)
+        self._settle_finished(updated)
+
+    def _settle_finished(self, job: Job) -> None:
+        """Move a finished job's original out of the spool: archived, deleted, or to failed/."""
+        spool_file = Path(job.spool_path)
+        folder = self._folder_by_source.get(job.source_folder)
+        if not spool_file.exists() or folder is None:
+            return
+        relative = Path(job.relative_path)
+        if job.state is JobState.FAILED:
+            moved = _move_file(spool_file, folder.failed_dir / relative)
+            self._write_reason(moved, relative, _failure_reason(job.reason or ""), job.reason or "", job)
+        elif self._config.intake.originals == "delete":
+            spool_file.unlink()
+        else:
+            month = datetime.now(UTC).strftime("%Y/%m")
+            _move_file(spool_file, folder.archive_dir / month / relative)
+        shutil.rmtree(spool_file.parent, ignore_errors=True)
+
+    def _write_reason(
+        self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None
+    ) -> None:
         record = {
             "file": relative.as_posix(),
             "reason": reason.value,
             "message": message,
             "failed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "job_id": job.id if job else None,
+            "sha256": job.sha256 if job else None,
+            "attempts": job.attempts if job else 0,
         }
         write_atomic(
-            moved.with_name(moved.name + ".error.json"), (json.dumps(record, indent=1) + "\n").encode()
+            target.with_name(target.name + ".error.json"), (json.dumps(record, indent=1) + "\n").encode()
         )
 
-    @staticmethod
-    def _move(path: Path, target: Path) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target = _unique_path(target)
-        shutil.move(str(path), target)
-        return target
+    def _apply_group(self, path: Path) -> None:
+        if self._output_gid is not None:
+            shutil.chown(path, group=self._output_gid)
+
+    def _prune(self) -> None:
+        removed = self.journal.prune(self._config.jobs.retention_days * 86400)
+        for job in removed:
+            shutil.rmtree(Path(job.spool_path).parent, ignore_errors=True)
+        if removed:
+            log.info(
+                "pruned %d finished job(s) older than %g days", len(removed), self._config.jobs.retention_days
+            )

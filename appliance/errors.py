@@ -31,6 +31,9 @@ class FailureReason(StrEnum):
     PAGE_TOO_LARGE = "page_too_large"
     EMPTY = "empty"
     ENGINE_ERROR = "engine_error"
+    INCOMPLETE = "incomplete"  # still not a complete file after intake.incomplete_timeout_seconds
+    POISON = "poison"  # killed or hung its worker on every attempt
+    GAVE_UP = "gave_up"  # a transient error on every attempt
     OUTPUT_ERROR = "output_error"
     INTERNAL = "internal"
 

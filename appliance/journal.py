@@ -130,6 +130,7 @@ CREATE INDEX jobs_queue ON jobs (state, priority DESC, created_at);
 CREATE INDEX jobs_sha256 ON jobs (sha256, state);
 CREATE INDEX jobs_created ON jobs (created_at);
 CREATE INDEX jobs_finished ON jobs (state, updated_at);
+CREATE INDEX jobs_spool ON jobs (spool_path);
 CREATE TABLE transitions (
     -- AUTOINCREMENT so a seq is never reused even after prune deletes the newest rows:
     -- a client resuming "after seq N" must never miss a later transition.
@@ -466,6 +467,28 @@ class Journal:
             return self._move(conn, job, JobState.FAILED, poison, at)
         # The attempt was counted by start_next; no backoff, the death may have been the daemon's.
         return self._move(conn, job, JobState.QUEUED, reason, at)
+
+    def release(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
+        """Give a running job back to the queue without using up an attempt.
+
+        For a job the daemon itself interrupted (a shutdown between pages): the file did nothing
+        wrong, so the attempt counted by start_next is returned and it can never turn poison this way.
+        """
+        at = time.time() if now is None else now
+        with self._write() as conn:
+            job = self._load(conn, job_id)
+            if job.state is not JobState.RUNNING:
+                raise InvalidTransition(job_id, job.state, JobState.QUEUED)
+            return self._move(conn, job, JobState.QUEUED, reason, at, attempts=max(0, job.attempts - 1))
+
+    def find_by_spool_path(self, spool_path: str) -> Job | None:
+        """The job that owns a spooled file, if any (start-up uses it to tell orphans from known files)."""
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE spool_path = ? ORDER BY rowid DESC LIMIT 1",
+                (spool_path,),
+            ).fetchone()
+        return None if row is None else _job(row)
 
     def recover(self, *, now: float | None = None) -> list[Job]:
         """At start-up, requeue (or fail as poison) every job a crash left running.

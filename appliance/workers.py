@@ -47,6 +47,8 @@ class JobRequest:
     output_dir: str
     stem: str
     formats: tuple[str, ...]
+    mode: int = 0o644
+    gid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,14 @@ def _read_one(processor: DocumentProcessor, request: JobRequest, stop: threading
         document = processor.process(
             Path(request.input_path), should_stop=stop.is_set, source_path=request.source_path
         )
-        written = write_outputs(document, Path(request.output_dir), request.stem, request.formats)
+        written = write_outputs(
+            document,
+            Path(request.output_dir),
+            request.stem,
+            request.formats,
+            mode=request.mode,
+            gid=request.gid,
+        )
     except InterruptedError:
         return JobOutcome(request.job_id, interrupted=True, message="stopped by shutdown")
     except DocumentError as error:
@@ -196,6 +205,11 @@ class Worker:
         self.job = None
         assert isinstance(outcome, JobOutcome)
         return outcome
+
+    @property
+    def connection(self) -> Connection | None:
+        """The pipe an outcome arrives on (to wait on several workers at once)."""
+        return self._connection
 
     def running_for(self) -> float:
         return time.monotonic() - self.job_started if self.job else 0.0

@@ -120,7 +120,7 @@ def test_run_processes_a_dropped_file_and_stops_cleanly(tmp_path: Path, stop_sig
     config = _write_config(
         tmp_path / "config.yaml",
         "hot_folders:\n  - {path: in, output_dir: out, archive_dir: archive, failed_dir: failed}\n"
-        "daemon: {settle_seconds: 0.5}\n",
+        "intake: {settle_seconds: 0.5}\npaths: {state_dir: state}\n",
     )
     daemon = subprocess.Popen(
         [*CLI, "run", "--config", str(config)],
@@ -141,7 +141,7 @@ def test_run_processes_a_dropped_file_and_stops_cleanly(tmp_path: Path, stop_sig
             time.sleep(0.2)
         assert result.exists(), "no result within 60 s"
         assert "TOTAL 40.17" in result.read_text(encoding="utf-8")
-        assert (tmp_path / "archive" / "receipt.png").exists()
+        assert len(list((tmp_path / "archive").glob("*/*/receipt.png"))) == 1
         assert not (inbox / "receipt.png").exists()
         daemon.send_signal(stop_signal)
         _, stderr = daemon.communicate(timeout=30)
@@ -150,4 +150,4 @@ def test_run_processes_a_dropped_file_and_stops_cleanly(tmp_path: Path, stop_sig
             daemon.kill()
             daemon.communicate()
     assert daemon.returncode == ExitCode.OK, stderr
-    assert "stopped: 1 processed, 0 failed" in stderr
+    assert "stopped: 1 done, 0 failed" in stderr

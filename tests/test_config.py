@@ -19,7 +19,10 @@ def test_example_config_is_valid_and_matches_the_defaults() -> None:
     assert config.engine == defaults.engine
     assert config.rasterize == defaults.rasterize
     assert config.outputs == defaults.outputs
-    assert config.daemon == defaults.daemon
+    assert config.intake == defaults.intake
+    assert config.jobs == defaults.jobs
+    assert config.profiles == defaults.profiles
+    assert config.paths.state_dir == REPO / "var" / "lib"
     assert config.hot_folders[0].path == REPO / "var" / "inbox"
     assert config.hot_folders[0].output_dir == REPO / "var" / "out"
 

@@ -1,4 +1,8 @@
-"""The minimal hot-folder loop with real files and inotify, and engines that misbehave."""
+"""The daemon with real files, real inotify, real SQLite and real worker processes.
+
+Engines are fakes from tests/fakes (instant, or failing on purpose on red-cornered pages) so that
+these tests are about intake, the journal and the workers, not about OCR.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +13,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from PIL import Image
 
-from appliance.config import AppConfig, DaemonConfig, HotFolderConfig
-from appliance.daemon import HotFolderDaemon
-from appliance.engines.base import Engine
-from appliance.pipeline.process import DocumentProcessor
-from appliance.pipeline.rasterize import Rasterizer
-from tests.fakes.engines import CrashingEngine, FixedTextEngine
+from appliance import daemon as daemon_module
+from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
+from appliance.daemon import Daemon
+from appliance.errors import ModelError
+from appliance.intake.claim import claim
+from appliance.journal import JobState, Journal
+from appliance.workers import EngineFactory
+from tests.fakes import engines as fakes
 
 
 def _png_bytes(colour: str = "white", size: tuple[int, int] = (320, 200)) -> bytes:
@@ -27,7 +34,13 @@ def _png_bytes(colour: str = "white", size: tuple[int, int] = (320, 200)) -> byt
     return buffer.getvalue()
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
+def _jpeg_bytes(colour: str = "white", size: tuple[int, int] = (320, 200)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -36,143 +49,343 @@ def _wait(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
     return condition()
 
 
-class Running:
-    """A daemon on its own thread over folders under tmp_path."""
+class Folders(NamedTuple):
+    inbox: Path
+    out: Path
+    archive: Path
+    failed: Path
+    state: Path
 
-    def __init__(self, root: Path, engine: Engine, settle: float = 0.3) -> None:
-        self.folder = HotFolderConfig(
-            path=root / "in",
-            output_dir=root / "out",
-            archive_dir=root / "archive",
-            failed_dir=root / "failed",
+
+def _config(
+    root: Path, intake: dict[str, Any] | None = None, jobs: dict[str, Any] | None = None
+) -> AppConfig:
+    folder = HotFolderConfig(
+        path=root / "in", output_dir=root / "out", archive_dir=root / "archive", failed_dir=root / "failed"
+    )
+    return AppConfig(
+        paths=PathsConfig(state_dir=root / "state"),
+        hot_folders=(folder,),
+        intake=IntakeConfig(**{"settle_seconds": 0.3, "min_free_mb": 0.0, **(intake or {})}),
+        jobs=JobsConfig(**{"retry_backoff_seconds": 0.0, **(jobs or {})}),
+    )
+
+
+class Running:
+    """A daemon on its own thread."""
+
+    def __init__(self, config: AppConfig, factory: EngineFactory = fakes.fixed_text_engine) -> None:
+        self.config = config
+        folder = config.hot_folders[0]
+        self.folders = Folders(
+            folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir, config.paths.state_dir
         )
-        config = AppConfig(hot_folders=(self.folder,), daemon=DaemonConfig(settle_seconds=settle))
-        self.daemon = HotFolderDaemon(config, DocumentProcessor(engine, Rasterizer(config.rasterize)))
+        self.daemon = Daemon(config, factory)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.daemon.run, args=(self.stop,))
 
     def __enter__(self) -> Running:
+        self.daemon.start()
         self.thread.start()
-        assert _wait(self.folder.path.exists)
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop.set()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=60)
         assert not self.thread.is_alive()
 
+    def archived(self, name: str) -> list[Path]:
+        return list(self.folders.archive.glob(f"*/*/{name}"))
+
+    def journal_jobs(self) -> list[Any]:
+        with Journal(self.folders.state / "journal.sqlite3") as journal:
+            return journal.jobs(limit=100_000)
+
 
 @pytest.fixture
-def fixed_engine() -> FixedTextEngine:
-    return FixedTextEngine("INVOICE 42")
-
-
-@pytest.fixture
-def running(tmp_path: Path, fixed_engine: FixedTextEngine) -> Iterator[Running]:
-    with Running(tmp_path, fixed_engine) as daemon:
+def running(tmp_path: Path) -> Iterator[Running]:
+    with Running(_config(tmp_path)) as daemon:
         yield daemon
 
 
-def test_dropped_file_is_read_once_and_archived(running: Running, fixed_engine: FixedTextEngine) -> None:
-    (running.folder.path / "scan.png").write_bytes(_png_bytes())
-    result = running.folder.output_dir / "scan.png.json"
+def test_dropped_file_is_read_once_journalled_and_archived(running: Running) -> None:
+    (running.folders.inbox / "scan.png").write_bytes(_png_bytes())
+    result = running.folders.out / "scan.png.json"
     assert _wait(result.exists)
     assert json.loads(result.read_text(encoding="utf-8"))["text"] == "INVOICE 42"
-    assert (running.folder.output_dir / "scan.png.txt").read_text(encoding="utf-8") == "INVOICE 42\n"
-    assert _wait((running.folder.archive_dir / "scan.png").exists)
-    time.sleep(0.8)  # several more ticks and a rescan-free period: nothing is read twice
-    assert fixed_engine.pages_seen == 1
-    assert running.daemon.processed == 1
+    assert (running.folders.out / "scan.png.txt").read_text(encoding="utf-8") == "INVOICE 42\n"
+    assert _wait(lambda: len(running.archived("scan.png")) == 1)
+    assert not (running.folders.inbox / "scan.png").exists()
+    time.sleep(0.8)  # more ticks: nothing is read twice
+    assert running.daemon.stats.done == 1
+    job = running.daemon.journal.jobs()[0]
+    assert job.state is JobState.DONE
+    assert job.outputs["json"] == str(result)
+    assert job.relative_path == "scan.png"
+    assert [t.to_state for t in running.daemon.journal.transitions(job.id)] == [
+        JobState.QUEUED,
+        JobState.RUNNING,
+        JobState.DONE,
+    ]
+    assert list((running.folders.state / "spool").iterdir()) == []
 
 
 def test_subfolders_are_mirrored(running: Running) -> None:
-    (running.folder.path / "branch-7").mkdir()
-    (running.folder.path / "branch-7" / "a.png").write_bytes(_png_bytes())
-    assert _wait((running.folder.output_dir / "branch-7" / "a.png.json").exists)
+    (running.folders.inbox / "branch-7").mkdir()
+    (running.folders.inbox / "branch-7" / "a.png").write_bytes(_png_bytes())
+    assert _wait((running.folders.out / "branch-7" / "a.png.json").exists)
+    assert _wait(lambda: len(list(running.folders.archive.glob("*/*/branch-7/a.png"))) == 1)
 
 
-def test_growing_file_is_not_read_before_it_settles(running: Running, fixed_engine: FixedTextEngine) -> None:
-    data = _png_bytes(size=(900, 900))
-    target = running.folder.path / "slow.png"
+def test_slow_writer_is_never_read_early(running: Running) -> None:
+    """A JPEG written in chunks with pauses shorter than the settle time is read once, whole."""
+    data = _jpeg_bytes(size=(1200, 1200))
+    target = running.folders.inbox / "slow.jpg"
+    chunk = max(1, len(data) // 10)
     with target.open("wb") as handle:
-        for start in range(0, len(data), max(1, len(data) // 8)):
-            handle.write(data[start : start + max(1, len(data) // 8)])
+        for start in range(0, len(data), chunk):
+            handle.write(data[start : start + chunk])
             handle.flush()
-            time.sleep(0.15)  # half the settle time between writes
-    assert _wait((running.folder.output_dir / "slow.png.json").exists)
-    assert fixed_engine.pages_seen == 1
-    assert not (running.folder.failed_dir / "slow.png").exists()
+            time.sleep(0.2)
+    assert _wait((running.folders.out / "slow.jpg.json").exists)
+    result = json.loads((running.folders.out / "slow.jpg.json").read_text(encoding="utf-8"))
+    assert result["source"]["size"] == len(data)
+    assert _wait(lambda: running.daemon.stats.done == 1)
+    assert running.daemon.stats.failed == 0
+
+
+def test_scanner_that_creates_an_empty_file_then_writes(running: Running) -> None:
+    target = running.folders.inbox / "scan.jpg"
+    target.touch()
+    time.sleep(1.0)  # well past the settle time: an empty file is never taken
+    assert target.exists()
+    assert running.daemon.stats.claimed == 0
+    target.write_bytes(_jpeg_bytes())
+    assert _wait((running.folders.out / "scan.jpg.json").exists)
+
+
+def test_paused_writer_is_reported_incomplete_then_taken_when_complete(tmp_path: Path) -> None:
+    with Running(_config(tmp_path, intake={"incomplete_timeout_seconds": 1.0})) as running:
+        data = _jpeg_bytes()
+        target = running.folders.inbox / "half.jpg"
+        target.write_bytes(data[: len(data) // 2])
+        reason_file = running.folders.failed / "half.jpg.error.json"
+        assert _wait(reason_file.exists)
+        assert json.loads(reason_file.read_text(encoding="utf-8"))["reason"] == "incomplete"
+        assert target.exists(), "an incomplete file stays where its writer may still be writing"
+        with target.open("ab") as handle:
+            handle.write(data[len(data) // 2 :])
+        assert _wait((running.folders.out / "half.jpg.json").exists)
+        assert not reason_file.exists()
 
 
 def test_temporary_name_then_rename(running: Running) -> None:
-    temporary = running.folder.path / "upload.png.tmp"
+    temporary = running.folders.inbox / "upload.png.tmp"
     temporary.write_bytes(_png_bytes())
     time.sleep(0.8)
-    assert not (running.folder.output_dir / "upload.png.tmp.json").exists()
     assert temporary.exists()
-    temporary.rename(running.folder.path / "upload.png")
-    assert _wait((running.folder.output_dir / "upload.png.json").exists)
+    temporary.rename(running.folders.inbox / "upload.png")
+    assert _wait((running.folders.out / "upload.png.json").exists)
 
 
 def test_junk_names_are_left_alone(running: Running) -> None:
-    for name in (".hidden.png", "~$lock.png", "Thumbs.db", "part.pdf.part"):
-        (running.folder.path / name).write_bytes(_png_bytes())
-    (running.folder.path / "real.png").write_bytes(_png_bytes())
-    assert _wait((running.folder.output_dir / "real.png.json").exists)
-    for name in (".hidden.png", "~$lock.png", "Thumbs.db", "part.pdf.part"):
-        assert (running.folder.path / name).exists()
-    assert running.daemon.processed == 1
+    junk = (".hidden.png", "~$lock.png", "Thumbs.db", "part.pdf.part", "x.crdownload")
+    for name in junk:
+        (running.folders.inbox / name).write_bytes(_png_bytes())
+    (running.folders.inbox / "@eaDir").mkdir()
+    (running.folders.inbox / "@eaDir" / "meta.png").write_bytes(_png_bytes())
+    (running.folders.inbox / "real.png").write_bytes(_png_bytes())
+    assert _wait((running.folders.out / "real.png.json").exists)
+    time.sleep(0.5)
+    for name in junk:
+        assert (running.folders.inbox / name).exists()
+    assert running.daemon.stats.claimed == 1
 
 
-def test_symlink_is_refused_not_followed(
+def test_symlink_and_fifo_are_refused(
     running: Running, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    secret = tmp_path / "secret.png"
-    secret.write_bytes(_png_bytes())
+    import os
+
     caplog.set_level(logging.WARNING, logger="appliance.daemon")
-    (running.folder.path / "link.png").symlink_to(secret)
-    assert _wait(lambda: "symbolic links are not followed" in caplog.text)
-    time.sleep(0.6)
-    assert not (running.folder.output_dir / "link.png.json").exists()
-    assert secret.exists()
-    assert running.daemon.processed == 0
+    (running.folders.inbox / "passwd.png").symlink_to("/etc/passwd")
+    os.mkfifo(running.folders.inbox / "pipe.png")
+    assert _wait(
+        lambda: "symbolic links are not followed" in caplog.text and "not a regular file" in caplog.text
+    )
+    time.sleep(0.5)
+    assert running.daemon.stats.claimed == 0
+    assert (running.folders.inbox / "passwd.png").is_symlink()
 
 
-def test_bad_file_goes_to_failed_with_a_reason_and_the_daemon_goes_on(running: Running) -> None:
-    (running.folder.path / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf")
-    reason_file = running.folder.failed_dir / "broken.pdf.error.json"
+def test_file_that_vanishes_before_it_is_claimed(running: Running) -> None:
+    target = running.folders.inbox / "gone.png"
+    target.write_bytes(_png_bytes())
+    target.unlink()
+    (running.folders.inbox / "next.png").write_bytes(_png_bytes())
+    assert _wait((running.folders.out / "next.png.json").exists)
+    assert running.daemon.stats.failed == 0
+
+
+def test_unreadable_file_goes_to_failed_and_the_daemon_goes_on(running: Running) -> None:
+    """A complete file (start and end markers in place) whose content is garbage."""
+    garbage = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 20 + b"\xff\xd9"
+    (running.folders.inbox / "broken.jpg").write_bytes(garbage)
+    reason_file = running.folders.failed / "broken.jpg.error.json"
     assert _wait(reason_file.exists)
     reason = json.loads(reason_file.read_text(encoding="utf-8"))
     assert reason["reason"] == "corrupt"
-    assert reason["file"] == "broken.pdf"
-    assert (running.folder.failed_dir / "broken.pdf").read_bytes() == b"%PDF-1.4\nnot really a pdf"
-    (running.folder.path / "after.png").write_bytes(_png_bytes())
-    assert _wait((running.folder.output_dir / "after.png.json").exists)
+    assert reason["file"] == "broken.jpg"
+    assert reason["attempts"] == 1
+    assert (running.folders.failed / "broken.jpg").read_bytes() == garbage
+    (running.folders.inbox / "after.png").write_bytes(_png_bytes())
+    assert _wait((running.folders.out / "after.png.json").exists)
 
 
-def test_engine_crash_fails_only_that_file(tmp_path: Path) -> None:
-    with Running(tmp_path, CrashingEngine()) as running:
-        (running.folder.path / "poison.png").write_bytes(_png_bytes(colour="red"))
-        assert _wait((running.folder.failed_dir / "poison.png.error.json").exists)
-        reason = json.loads((running.folder.failed_dir / "poison.png.error.json").read_text(encoding="utf-8"))
+def test_engine_exception_fails_only_that_file(tmp_path: Path) -> None:
+    with Running(_config(tmp_path), fakes.crashing_engine) as running:
+        (running.folders.inbox / "poison.png").write_bytes(_png_bytes(colour="red"))
+        assert _wait((running.folders.failed / "poison.png.error.json").exists)
+        reason = json.loads((running.folders.failed / "poison.png.error.json").read_text(encoding="utf-8"))
         assert reason["reason"] == "internal"
         assert "native code failed" in reason["message"]
-        (running.folder.path / "fine.png").write_bytes(_png_bytes())
-        assert _wait((running.folder.output_dir / "fine.png.json").exists)
-        assert running.daemon.failed == 1
+        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
+        assert _wait((running.folders.out / "fine.png.json").exists)
 
 
-def test_same_name_twice_keeps_both_results(running: Running) -> None:
-    (running.folder.path / "scan.png").write_bytes(_png_bytes("white"))
-    assert _wait((running.folder.archive_dir / "scan.png").exists)
-    (running.folder.path / "scan.png").write_bytes(_png_bytes("gray"))
-    assert _wait((running.folder.archive_dir / "scan-1.png").exists)
-    results = sorted(p.name for p in running.folder.output_dir.glob("scan.png*.json"))
-    assert len(results) == 2
+def test_worker_that_aborts_is_replaced_and_the_file_failed_as_poison(tmp_path: Path) -> None:
+    with Running(_config(tmp_path, jobs={"max_attempts": 2}), fakes.aborting_engine) as running:
+        (running.folders.inbox / "segv.png").write_bytes(_png_bytes(colour="red"))
+        reason_file = running.folders.failed / "segv.png.error.json"
+        assert _wait(reason_file.exists, timeout=40)
+        reason = json.loads(reason_file.read_text(encoding="utf-8"))
+        assert reason["reason"] == "poison"
+        assert "SIGABRT" in reason["message"]
+        assert reason["attempts"] == 2
+        assert _wait(lambda: running.daemon.stats.worker_restarts == 2)
+        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
+        assert _wait((running.folders.out / "fine.png.json").exists, timeout=40)
 
 
-def test_files_present_at_start_are_read(tmp_path: Path, fixed_engine: FixedTextEngine) -> None:
+def test_hung_worker_is_killed_after_the_job_timeout(tmp_path: Path) -> None:
+    config = _config(tmp_path, jobs={"max_attempts": 1, "timeout_seconds": 1.5})
+    with Running(config, fakes.hanging_engine) as running:
+        (running.folders.inbox / "hang.png").write_bytes(_png_bytes(colour="red"))
+        reason_file = running.folders.failed / "hang.png.error.json"
+        assert _wait(reason_file.exists, timeout=40)
+        assert "timed out after 2 s" in json.loads(reason_file.read_text(encoding="utf-8"))["message"]
+        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
+        assert _wait((running.folders.out / "fine.png.json").exists, timeout=40)
+
+
+def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
+    with Running(_config(tmp_path, jobs={"max_attempts": 3}), fakes.flaky_oom_engine) as running:
+        (running.folders.inbox / "big.png").write_bytes(_png_bytes(colour="red"))
+        reason_file = running.folders.failed / "big.png.error.json"
+        assert _wait(reason_file.exists)
+        reason = json.loads(reason_file.read_text(encoding="utf-8"))
+        assert reason["reason"] == "gave_up"
+        assert reason["attempts"] == 3
+        job = running.daemon.journal.jobs()[0]
+        states = [t.to_state for t in running.daemon.journal.transitions(job.id)]
+        assert states.count(JobState.RUNNING) == 3
+
+
+def test_duplicate_content_gets_the_earlier_result_without_reading_again(running: Running) -> None:
+    data = _png_bytes()
+    (running.folders.inbox / "first.png").write_bytes(data)
+    assert _wait((running.folders.out / "first.png.json").exists)
+    (running.folders.inbox / "second.png").write_bytes(data)
+    assert _wait((running.folders.out / "second.png.json").exists)
+    first, second = sorted(running.daemon.journal.jobs(), key=lambda job: job.created_at)
+    assert second.duplicate_of == first.id
+    assert second.attempts == 0, "a duplicate is never sent to a worker"
+    assert (running.folders.out / "second.png.txt").read_bytes() == (
+        running.folders.out / "first.png.txt"
+    ).read_bytes()
+    assert _wait(lambda: len(running.archived("second.png")) == 1)
+
+
+def test_same_name_different_content_keeps_both_results(running: Running) -> None:
+    (running.folders.inbox / "scan.png").write_bytes(_png_bytes("white"))
+    assert _wait(lambda: len(running.archived("scan.png")) == 1)
+    (running.folders.inbox / "scan.png").write_bytes(_png_bytes("gray"))
+    assert _wait(lambda: len(running.archived("scan*.png")) == 2)
+    assert len(list(running.folders.out.glob("scan.png*.json"))) == 2
+
+
+def test_intake_pauses_when_disk_is_low_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = {"bytes": 10 * 1024 * 1024}
+    real = daemon_module.shutil.disk_usage
+
+    def fake_disk_usage(path: Any) -> Any:
+        usage = real(path)
+        return type(usage)(usage.total, usage.used, free["bytes"])
+
+    monkeypatch.setattr(daemon_module.shutil, "disk_usage", fake_disk_usage)
+    with Running(_config(tmp_path, intake={"min_free_mb": 100.0})) as running:
+        (running.folders.inbox / "waiting.png").write_bytes(_png_bytes())
+        assert _wait(lambda: running.daemon.stats.intake_paused)
+        time.sleep(0.8)
+        assert (running.folders.inbox / "waiting.png").exists()
+        free["bytes"] = 10 * 1024 * 1024 * 1024
+        assert _wait((running.folders.out / "waiting.png.json").exists)
+        assert not running.daemon.stats.intake_paused
+
+
+def test_files_present_at_start_are_read(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "early.png").write_bytes(_png_bytes())
-    with Running(tmp_path, fixed_engine) as running:
-        assert _wait((running.folder.output_dir / "early.png.json").exists)
+    with Running(_config(tmp_path)) as running:
+        assert _wait((running.folders.out / "early.png.json").exists)
+
+
+def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> None:
+    """State a SIGKILL can leave: a job marked running, and a file claimed but never journalled."""
+    config = _config(tmp_path)
+    inbox = config.hot_folders[0].path
+    inbox.mkdir(parents=True)
+    spool = config.paths.state_dir / "spool"
+    (inbox / "was-running.png").write_bytes(_png_bytes())
+    (inbox / "orphan.png").write_bytes(_png_bytes("gray"))
+    running_claim = claim(inbox / "was-running.png", inbox, spool)
+    claim(inbox / "orphan.png", inbox, spool)
+    with Journal(config.paths.state_dir / "journal.sqlite3") as journal:
+        job = journal.add(
+            sha256=running_claim.sha256,
+            source_folder=str(inbox),
+            relative_path="was-running.png",
+            name="was-running.png",
+            size=running_claim.size,
+            spool_path=str(running_claim.spool_path),
+        )
+        journal.start_next()
+    with Running(config) as running:
+        assert _wait((running.folders.out / "was-running.png.json").exists)
+        assert _wait((running.folders.out / "orphan.png.json").exists)
+        resumed = running.daemon.journal.get(job.id)
+        assert resumed is not None
+        assert _wait(lambda: running.daemon.journal.get(job.id).state is JobState.DONE)  # type: ignore[union-attr]
+        assert running.daemon.journal.get(job.id).attempts == 2  # type: ignore[union-attr]
+
+
+def test_engine_that_cannot_load_stops_start_up(tmp_path: Path) -> None:
+    daemon = Daemon(_config(tmp_path), fakes.failing_to_load_engine)
+    with pytest.raises(ModelError, match=r"ppocrv5_det\.onnx is missing"):
+        daemon.start()
+
+
+def test_thousand_files_at_once_are_each_read_exactly_once(tmp_path: Path) -> None:
+    with Running(_config(tmp_path, jobs={"workers": 2})) as running:
+        names = [f"doc-{index:04d}.png" for index in range(1000)]
+        for index, name in enumerate(names):
+            # Distinct content, so none is a duplicate of another.
+            (running.folders.inbox / name).write_bytes(_png_bytes(size=(64 + index % 50, 48 + index // 50)))
+        assert _wait(lambda: running.daemon.stats.done == 1000, timeout=240), running.daemon.stats
+        time.sleep(1.0)
+        assert running.daemon.stats.done == 1000
+        assert sorted(p.name for p in running.folders.out.glob("*.json")) == [f"{n}.json" for n in names]
+        assert list(running.folders.inbox.iterdir()) == []
+        jobs = running.daemon.journal.jobs(limit=5000)
+        assert len(jobs) == 1000
+        assert all(job.state is JobState.DONE and job.attempts == 1 for job in jobs)

@@ -612,3 +612,38 @@ def test_two_journals_on_two_threads_never_share_a_job(db: Path) -> None:
         assert all(job.attempts == 1 for job in check.jobs(limit=300))
         starts = [t for t in check.transitions(limit=1000) if t.to_state is JobState.RUNNING]
         assert len(starts) == 200
+
+
+def test_release_returns_the_attempt_so_shutdowns_never_make_poison(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite3", max_attempts=2) as journal:
+        job = journal.add(
+            sha256="a" * 64,
+            source_folder="/in",
+            relative_path="x.png",
+            name="x.png",
+            size=1,
+            spool_path="/s/x.png",
+        )
+        for _ in range(5):
+            started = journal.start_next()
+            assert started is not None and started.attempts == 1
+            released = journal.release(job.id, "daemon stopped")
+            assert released.state is JobState.QUEUED
+            assert released.attempts == 0
+        with pytest.raises(InvalidTransition):
+            journal.release(job.id, "not running")
+
+
+def test_find_by_spool_path(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite3") as journal:
+        job = journal.add(
+            sha256="b" * 64,
+            source_folder="/in",
+            relative_path="y.png",
+            name="y.png",
+            size=1,
+            spool_path="/s/y.png",
+        )
+        found = journal.find_by_spool_path("/s/y.png")
+        assert found is not None and found.id == job.id
+        assert journal.find_by_spool_path("/s/other.png") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -20,13 +21,24 @@ def output_paths(output_dir: Path, stem: str, formats: Iterable[str]) -> dict[st
     return {fmt: output_dir / f"{stem}{_RENDERERS[fmt][0]}" for fmt in formats}
 
 
-def write_outputs(document: Document, output_dir: Path, stem: str, formats: Iterable[str]) -> dict[str, Path]:
+def write_outputs(
+    document: Document,
+    output_dir: Path,
+    stem: str,
+    formats: Iterable[str],
+    *,
+    mode: int = 0o644,
+    gid: int | None = None,
+) -> dict[str, Path]:
     """Render every format first, then write each atomically; return format -> path.
 
     Rendering all formats before writing any means a rendering bug leaves no partial set behind.
+    `mode` and `gid` let sites that share results over Samba give them to a reader group.
     """
     rendered = {fmt: _RENDERERS[fmt][1](document) for fmt in formats}
     paths = output_paths(output_dir, stem, rendered)
     for fmt, data in rendered.items():
-        write_atomic(paths[fmt], data)
+        write_atomic(paths[fmt], data, mode)
+        if gid is not None:
+            shutil.chown(paths[fmt], group=gid)
     return paths

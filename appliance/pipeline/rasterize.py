@@ -35,6 +35,8 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "application/pdf"),
     (b"II*\x00", "image/tiff"),
     (b"MM\x00*", "image/tiff"),
+    (b"II+\x00", "image/tiff"),  # BigTIFF
+    (b"MM\x00+", "image/tiff"),
     (b"\xff\xd8\xff", "image/jpeg"),
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"BM", "image/bmp"),

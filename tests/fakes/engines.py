@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -60,3 +62,65 @@ class OutOfMemoryEngine(FixedTextEngine):
 
     def recognize(self, image: np.ndarray) -> PageText:
         raise MemoryError
+
+
+class AbortingEngine(FixedTextEngine):
+    """Kills its own process with SIGABRT on red-cornered pages, as a segfault in native code would."""
+
+    name = "fake_aborting"
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+            os.abort()
+        return super().recognize(image)
+
+
+class HangingEngine(FixedTextEngine):
+    """Never returns on red-cornered pages, as a deadlocked GPU kernel would."""
+
+    name = "fake_hanging"
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+            while True:
+                time.sleep(3600)
+        return super().recognize(image)
+
+
+class FlakyOutOfMemoryEngine(FixedTextEngine):
+    """Runs out of memory on red-cornered pages (a transient failure the daemon retries)."""
+
+    name = "fake_flaky_oom"
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+            raise MemoryError
+        return super().recognize(image)
+
+
+# Module-level factories: the daemon's worker processes are spawned, and a factory must be
+# importable by name there.
+def fixed_text_engine() -> FixedTextEngine:
+    return FixedTextEngine("INVOICE 42")
+
+
+def crashing_engine() -> CrashingEngine:
+    return CrashingEngine("INVOICE 42")
+
+
+def aborting_engine() -> AbortingEngine:
+    return AbortingEngine("INVOICE 42")
+
+
+def hanging_engine() -> HangingEngine:
+    return HangingEngine("INVOICE 42")
+
+
+def flaky_oom_engine() -> FlakyOutOfMemoryEngine:
+    return FlakyOutOfMemoryEngine("INVOICE 42")
+
+
+def failing_to_load_engine() -> FixedTextEngine:
+    from appliance.errors import ModelError
+
+    raise ModelError("model file ppocrv5_det.onnx is missing")
