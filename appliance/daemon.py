@@ -274,6 +274,7 @@ class Daemon:
 
     def _rescan(self) -> None:
         for state in self._folders.values():
+            state.refused.clear()  # say it again if still refused: the log should show it persists
             for path in sorted(state.config.path.rglob("*")):
                 self._events.put((state.config, path))
 
@@ -331,8 +332,16 @@ class Daemon:
         state.last_check[path] = now
         try:
             result = check_complete(path)
-        except OSError:
-            state.tracker.forget(path)  # vanished or unreadable; a later event brings it back
+        except FileNotFoundError:
+            state.tracker.forget(path)  # vanished; a later event brings it back if it returns
+            return
+        except OSError as error:
+            # Unreadable (permissions, I/O error on a share): left where it is, said once, and
+            # tried again at the next rescan in case someone fixes it.
+            state.tracker.forget(path)
+            if path not in state.refused:
+                state.refused.add(path)
+                log.error("cannot read %s: %s; it stays in the hot folder", path, error)
             return
         if not result.complete:
             waited = now - (state.tracker.waiting_since(path) or now)

@@ -389,3 +389,113 @@ def test_thousand_files_at_once_are_each_read_exactly_once(tmp_path: Path) -> No
         jobs = running.daemon.journal.jobs(limit=5000)
         assert len(jobs) == 1000
         assert all(job.state is JobState.DONE and job.attempts == 1 for job in jobs)
+
+
+def test_unreadable_file_is_logged_and_left_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Root reads any file, so the permission error is injected where the daemon first reads it."""
+    real_check = daemon_module.check_complete
+
+    def check(path: Path) -> Any:
+        if path.name == "locked.png":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_check(path)
+
+    monkeypatch.setattr(daemon_module, "check_complete", check)
+    caplog.set_level(logging.ERROR, logger="appliance.daemon")
+    with Running(_config(tmp_path)) as running:
+        (running.folders.inbox / "locked.png").write_bytes(_png_bytes())
+        (running.folders.inbox / "open.png").write_bytes(_png_bytes("gray"))
+        assert _wait((running.folders.out / "open.png.json").exists)
+        assert _wait(lambda: "cannot read" in caplog.text and "Permission denied" in caplog.text)
+        assert (running.folders.inbox / "locked.png").exists()
+        assert caplog.text.count("cannot read") == 1
+
+
+def test_slow_writer_at_10_kb_per_second_for_30_seconds(tmp_path: Path) -> None:
+    """A network scanner trickling a 300 KB JPEG at about 10 KB/s is read once, when complete."""
+    import numpy as np
+
+    noise = np.random.default_rng(7).integers(0, 256, size=(420, 600, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, format="JPEG", quality=95)
+    data = buffer.getvalue()
+    assert 250_000 < len(data) < 400_000
+    with Running(_config(tmp_path, intake={"settle_seconds": 2.0})) as running:
+        target = running.folders.inbox / "trickle.jpg"
+        step = len(data) // 30
+        with target.open("wb") as handle:
+            for start in range(0, len(data), step):
+                handle.write(data[start : start + step])
+                handle.flush()
+                time.sleep(1.0)
+                assert running.daemon.stats.claimed == 0
+        assert _wait(lambda: running.daemon.stats.done == 1)
+        result = json.loads((running.folders.out / "trickle.jpg.json").read_text(encoding="utf-8"))
+        assert result["source"]["size"] == len(data)
+        assert running.daemon.stats.failed == 0
+
+
+def test_polling_watch_mode_sees_new_files(tmp_path: Path) -> None:
+    config = _config(tmp_path, intake={"poll_seconds": 0.3, "rescan_seconds": 3600.0})
+    folder = config.hot_folders[0].model_copy(update={"watch": "poll"})
+    with Running(config.model_copy(update={"hot_folders": (folder,)})) as running:
+        (running.folders.inbox / "polled.png").write_bytes(_png_bytes())
+        assert _wait((running.folders.out / "polled.png.json").exists)
+
+
+def test_each_folder_uses_its_profile(tmp_path: Path) -> None:
+    from appliance.config import ProfileConfig
+
+    base = _config(tmp_path)
+    first = base.hot_folders[0]
+    second = HotFolderConfig(
+        path=tmp_path / "in-text",
+        output_dir=tmp_path / "out-text",
+        archive_dir=tmp_path / "archive",
+        failed_dir=tmp_path / "failed",
+        profile="text-only",
+    )
+    profiles = {"default": ProfileConfig(), "text-only": ProfileConfig(priority=5, formats=("text",))}
+    config = base.model_copy(update={"hot_folders": (first, second), "profiles": profiles})
+    with Running(config) as running:
+        (second.path / "note.png").write_bytes(_png_bytes())
+        (first.path / "scan.png").write_bytes(_png_bytes("gray"))
+        assert _wait((second.output_dir / "note.png.txt").exists)
+        assert _wait((first.output_dir / "scan.png.json").exists)
+        assert not (second.output_dir / "note.png.json").exists()
+        by_name = {job.name: job for job in running.daemon.journal.jobs()}
+        assert by_name["note.png"].priority == 5
+        assert by_name["note.png"].profile == "text-only"
+        assert by_name["scan.png"].priority == 0
+
+
+def test_output_permissions_and_deleting_originals(tmp_path: Path) -> None:
+    import grp
+    import os
+    import stat as stat_module
+
+    from appliance.config import OutputsConfig
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    config = _config(tmp_path, intake={"originals": "delete"}).model_copy(
+        update={"outputs": OutputsConfig(mode="0640", group=group)}
+    )
+    with Running(config) as running:
+        (running.folders.inbox / "scan.png").write_bytes(_png_bytes())
+        result = running.folders.out / "scan.png.json"
+        assert _wait(result.exists)
+        assert stat_module.S_IMODE(result.stat().st_mode) == 0o640
+        assert result.stat().st_gid == os.getgid()
+        assert _wait(lambda: running.daemon.stats.done == 1)
+        time.sleep(0.3)
+        assert list(running.folders.archive.rglob("*.png")) == []
+        assert list((running.folders.state / "spool").iterdir()) == []
+
+
+def test_second_daemon_on_the_same_state_is_refused(running: Running) -> None:
+    from appliance.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="another ocr-appliance daemon"):
+        Daemon(running.config, fakes.fixed_text_engine).start()
