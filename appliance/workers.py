@@ -9,6 +9,7 @@ starts a fresh one.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import signal
@@ -35,6 +36,7 @@ EngineFactory = Callable[[], Engine]
 # "spawn", not "fork": the daemon has threads (watchdog observers) and onnxruntime thread pools,
 # and forking a threaded process can deadlock the child on a lock some other thread held.
 _CONTEXT = multiprocessing.get_context("spawn")
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,23 @@ def _read_one(processor: DocumentProcessor, request: JobRequest, stop: threading
     )
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the daemon dies, even by SIGKILL.
+
+    Otherwise a worker orphaned by a killed daemon would go on reading and writing results beside
+    the restarted daemon's own workers. prctl(PR_SET_PDEATHSIG) through ctypes: three lines, where
+    a dependency would add a compiled package for one call.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not glibc Linux: systemd's KillMode=control-group still cleans up
+
+
 def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
     """Body of a worker process."""
+    _die_with_parent()
     stop = threading.Event()
     # Ctrl-C reaches the whole process group; only the daemon decides when a worker stops. SIGTERM
     # from the daemon asks for a stop between pages.
@@ -116,17 +133,18 @@ def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize
     except ModelError as error:
         connection.send(("load_failed", str(error)))
         return
-    connection.send(("ready", engine.describe()))
-    processor = DocumentProcessor(engine, Rasterizer(rasterize))
-    while not stop.is_set():
-        try:
+    try:
+        connection.send(("ready", engine.describe()))
+        processor = DocumentProcessor(engine, Rasterizer(rasterize))
+        while not stop.is_set():
             request = connection.recv()
-        except (EOFError, OSError):
-            break  # the daemon went away
-        if request is None:
-            break
-        connection.send(("outcome", _read_one(processor, request, stop)))
-    engine.close()
+            if request is None:
+                break
+            connection.send(("outcome", _read_one(processor, request, stop)))
+    except (EOFError, OSError):
+        pass  # the daemon went away; nothing is lost, the journal still has the job
+    finally:
+        engine.close()
 
 
 class Worker:
