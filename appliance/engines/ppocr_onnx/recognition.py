@@ -18,7 +18,10 @@ import onnxruntime as ort
 from appliance.errors import ModelError
 
 _HEIGHT = 48
-_MIN_WIDTH = 320  # PP-OCRv5's training width; narrower batches are padded to it
+# PP-OCRv5's training width; narrower batches are padded to it. Measured on the first 20
+# receipts (geo-ordered CER): padding only to 160 px gives 6.22%, to 64 px 6.34%, against 6.08%
+# here, so the extra context is worth its cost in time.
+_MIN_WIDTH = 320
 
 
 @dataclass
