@@ -144,6 +144,15 @@ class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class RepairConfig(_Strict):
+    """Rule-based repair of what was read, the fields extracted, and when a field needs review."""
+
+    locale: str = Field(default="en-MY", pattern=r"^[a-zA-Z]{2,3}([-_][a-zA-Z0-9]{2,8})*$")
+    field_profile: Literal["receipt", "none"] = "receipt"
+    review_threshold: StrictFloat = Field(default=0.8, ge=0, le=1)
+    confidence_aggregate: Literal["min", "mean", "geomean", "product"] = "min"
+
+
 class AppConfig(_Strict):
     """The whole configuration file."""
 
@@ -156,6 +165,7 @@ class AppConfig(_Strict):
     outputs: OutputsConfig = OutputsConfig()
     intake: IntakeConfig = IntakeConfig()
     jobs: JobsConfig = JobsConfig()
+    repair: RepairConfig = RepairConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("hot_folders", mode="before")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the repair package imports this module; these are for annotations only
+    from appliance.fields.model import FieldValue
+    from appliance.repair.ruleset import RepairLog
 
 # A box is (x0, y0, x1, y1) in page pixels; a polygon is four (x, y) corners, clockwise from
 # top-left, so rotated lines keep their true outline while boxes stay easy to index.
@@ -156,6 +160,8 @@ class Document:
     timings_ms: dict[str, float] = field(default_factory=dict)
     created: str = ""
     appliance_version: str = ""
+    fields: dict[str, FieldValue] = field(default_factory=dict)
+    repairs: RepairLog | None = None  # None: the repair step did not run
 
     @property
     def text(self) -> str:
@@ -180,4 +186,6 @@ class Document:
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
             "pages": [page.to_dict() for page in self.pages],
             "text": self.text,
+            "fields": {name: value.to_dict() for name, value in self.fields.items()},
+            "repairs": None if self.repairs is None else self.repairs.to_dict(),
         }

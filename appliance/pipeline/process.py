@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import __version__
+from appliance.config import RepairConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason
 from appliance.pipeline.layout import order_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
+from appliance.repair.step import repair_document
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +32,10 @@ def sha256_of(path: Path) -> str:
 class DocumentProcessor:
     """Turns files into Documents with one engine; safe to reuse for many files."""
 
-    def __init__(self, engine: Engine, rasterizer: Rasterizer) -> None:
+    def __init__(self, engine: Engine, rasterizer: Rasterizer, repair: RepairConfig | None = None) -> None:
         self._engine = engine
         self._rasterizer = rasterizer
+        self._repair = repair or RepairConfig()
         self._engine_description = engine.describe()
 
     def process(
@@ -96,10 +99,14 @@ class DocumentProcessor:
             )
             log.debug("%s page %d: %d lines", path.name, raster.index + 1, len(page_text.lines))
             raster_started = time.perf_counter()
+        repair_started = time.perf_counter()
+        repair_document(document, self._repair)
+        repair_ms = (time.perf_counter() - repair_started) * 1000
         stages: dict[str, float] = {}
         for page in document.pages:
             for stage, value in page.timings_ms.items():
                 stages[stage] = stages.get(stage, 0.0) + value
+        stages["repair"] = repair_ms
         stages["total"] = (time.perf_counter() - started) * 1000
         document.timings_ms = stages
         return document

@@ -1,0 +1,69 @@
+"""The repair step run once per document: normalise line text, extract fields, score and flag them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from appliance.document import Document, Line
+from appliance.fields.model import FieldValue
+from appliance.repair.confidence import Aggregate, aggregate, with_checks
+from appliance.repair.ruleset import Change, RepairLog
+from appliance.repair.text import normalise
+
+if TYPE_CHECKING:
+    from appliance.config import RepairConfig
+
+RECEIPT_FIELDS = ("company", "date", "address", "total")
+
+
+def normalise_line(line: Line, ref: str, log: RepairLog) -> None:
+    """Rewrite a line's text in place, keeping its confidences and words aligned with the text."""
+    result = normalise(line.text)
+    if not result.rules or not result.text:
+        return
+    before = line.text
+    line.char_confidences = [line.char_confidences[index] for index in result.kept]
+    line.text = result.text
+    for word in line.words:
+        word.text = normalise(word.text).text or word.text
+    log.changes.extend(Change(rule, before, result.text, ref) for rule in result.rules)
+
+
+def score_field(field: FieldValue, threshold: float, method: Aggregate) -> None:
+    """Confidence from the field's characters, raised by passing checks; review on failure or doubt."""
+    confidences = [value for span in field.spans for value in span.confidences]
+    field.confidence = with_checks(aggregate(confidences, method), [check.passed for check in field.checks])
+    for check in field.checks:
+        if not check.passed:
+            field.review = True
+            field.reasons.append(f"{check.rule_id} failed" + (f": {check.detail}" if check.detail else ""))
+    if field.confidence < threshold:
+        field.review = True
+        field.reasons.append(f"confidence.low: {field.confidence:.3f} < {threshold}")
+    if field.reasons:
+        field.review = True
+
+
+def repair_document(document: Document, config: RepairConfig) -> None:
+    """Apply the rule set to a read document and attach its fields and the log of changes."""
+    from appliance.fields.receipt import extract_receipt  # fields import the repair rules
+
+    log = RepairLog()
+    for p, page in enumerate(document.pages):
+        for b, block in enumerate(page.blocks):
+            for n, line in enumerate(block.lines):
+                normalise_line(line, f"pages[{p}].blocks[{b}].lines[{n}]", log)
+    fields: dict[str, FieldValue] = {}
+    if config.field_profile == "receipt":
+        fields = extract_receipt(document, config.locale)
+        for name, field in fields.items():
+            score_field(field, config.review_threshold, config.confidence_aggregate)
+            if field.value is not None and field.value != field.raw:
+                log.changes.append(Change("+".join(field.rules) or "field.normalise", field.raw,
+                                          field.value, f"fields.{name}"))  # fmt: skip
+        for name in RECEIPT_FIELDS:
+            if name not in fields:
+                fields[name] = FieldValue(raw="", value=None, confidence=0.0, review=True,
+                                          reasons=["field.missing"])  # fmt: skip
+    document.fields = fields
+    document.repairs = log

@@ -1,0 +1,149 @@
+"""The receipt profile on documents built by hand: fields, checks, review flags and the JSON schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.config import RepairConfig
+from appliance.document import Block, Document, Line, Page, SourceFile, Word
+from appliance.outputs.json_result import validate_result
+from appliance.repair.ruleset import RULESET_VERSION
+from appliance.repair.step import repair_document
+
+
+def _line(text: str, y: float, x: float = 10.0, confidence: float = 0.99) -> Line:
+    width = 10.0 * len(text)
+    box = (x, y, x + width, y + 20)
+    words = []
+    offset = 0
+    for word in text.split(" "):
+        if word:
+            start = x + 10 * text.index(word, offset)
+            words.append(Word(word, (start, y, start + 10 * len(word), y + 20), confidence))
+            offset = text.index(word, offset) + len(word)
+    polygon = ((box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3]))
+    return Line(text, box, polygon, confidence, [confidence] * len(text), words)
+
+
+def _document(rows: list[list[str]], confidence: float = 0.99) -> Document:
+    blocks = [
+        Block([_line(text, 30.0 * index, 10 + 300 * n, confidence) for n, text in enumerate(row)])
+        for index, row in enumerate(rows)
+    ]
+    page = Page(index=0, width=800, height=30 * len(rows) + 40, dpi=None, blocks=blocks)
+    source = SourceFile("r.png", "/in/r.png", "0" * 64, 1, "image/png")
+    return Document(source=source, engine={"name": "test", "models": []}, pages=[page])
+
+
+RECEIPT = [
+    ["ACME TRADING SDN BHD"],
+    ["(123456-X)"],
+    ["NO 5, JALAN MAJU 3,"],
+    ["47400 PETALING JAYA"],
+    ["SELANGOR"],
+    ["TEL: 03-1234 5678"],
+    ["INVOICE NO: INV-0042"],
+    ["DATE: 05/03/2024 10:11"],
+    ["PEN", "2.50"],
+    ["BOOK", "7.50"],
+    ["SUBTOTAL", "10.00"],
+    ["SST 6%", "0.60"],
+    ["TOTAL", "RM10.60"],
+    ["CASH", "20.00"],
+    ["CHANGE", "9.40"],
+]
+
+
+def test_receipt_fields_with_values_checks_and_boxes() -> None:
+    document = _document(RECEIPT)
+    repair_document(document, RepairConfig())
+    fields = document.fields
+    assert fields["company"].value == "ACME TRADING SDN BHD"
+    assert fields["address"].value == "NO 5, JALAN MAJU 3, 47400 PETALING JAYA SELANGOR"
+    assert (fields["date"].raw, fields["date"].value) == ("05/03/2024", "2024-03-05")
+    assert "date.ambiguous" in fields["date"].reasons[0]  # day-first only because of en-MY
+    assert (fields["total"].raw, fields["total"].value) == ("RM10.60", "10.60")
+    assert {c.rule_id: c.passed for c in fields["total"].checks} == {
+        "total.tax": True,
+        "total.items_sum": True,
+    }
+    assert fields["total"].review is False
+    assert fields["total"].confidence > 0.99  # passing cross-checks raised it
+    assert fields["tax"].value == "0.60"
+    assert fields["invoice_number"].value == "INV-0042"
+    assert fields["total"].to_dict()["boxes"] == [[310.0, 360.0, 380.0, 380.0]]
+    assert document.repairs is not None and document.repairs.ruleset_version == RULESET_VERSION
+    changed = {(c.rule_id, c.ref) for c in document.repairs.changes}
+    assert ("amount.currency+amount.decimal_point", "fields.total") in changed
+
+
+def test_failing_cross_check_forces_review() -> None:
+    rows = [row if row[0] != "TOTAL" else ["TOTAL", "RM11.60"] for row in RECEIPT]
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    total = document.fields["total"]
+    assert total.review is True
+    assert any(reason.startswith("total.tax failed") for reason in total.reasons)
+
+
+def test_low_confidence_and_missing_fields_go_to_review() -> None:
+    document = _document([["SOME SHOP SDN BHD"], ["TOTAL", "5.00"]], confidence=0.6)
+    repair_document(document, RepairConfig(review_threshold=0.8))
+    assert document.fields["total"].review is True
+    assert document.fields["total"].reasons == ["confidence.low: 0.600 < 0.8"]
+    assert document.fields["date"].reasons == ["field.missing"]
+    assert document.fields["date"].value is None
+
+
+def test_chinese_numerals_cross_checked_against_the_total() -> None:
+    rows = [
+        ["北京某某有限公司"],
+        ["日期：2024年3月5日"],
+        ["价税合计（大写）", "壹佰零陆元整"],
+        ["合计", "¥106.00"],
+    ]
+    document = _document(rows)
+    repair_document(document, RepairConfig(locale="zh-CN"))
+    total = document.fields["total"]
+    assert total.value == "106.00"
+    assert {c.rule_id: c.passed for c in total.checks}["amount.cn_financial.crosscheck"] is True
+    assert document.fields["date"].value == "2024-03-05"
+
+
+def test_chinese_numerals_disagreeing_with_the_total_force_review() -> None:
+    rows = [["北京某某有限公司"], ["价税合计（大写）", "壹佰零柒元整"], ["合计", "¥106.00"]]
+    document = _document(rows)
+    repair_document(document, RepairConfig(locale="zh-CN"))
+    assert document.fields["total"].review is True
+
+
+def test_line_text_normalised_with_confidences_aligned_and_logged() -> None:
+    document = _document([["ＴＯＴＡＬ  １２．５０"], ["公司（北京）"]])
+    repair_document(document, RepairConfig(field_profile="none"))
+    first, second = document.pages[0].lines
+    assert first.text == "TOTAL 12.50"
+    assert len(first.char_confidences) == len(first.text)
+    assert second.text == "公司（北京）"
+    assert document.repairs is not None
+    assert {c.rule_id for c in document.repairs.changes} == {"text.fullwidth", "text.whitespace"}
+    assert document.fields == {}
+
+
+@pytest.mark.parametrize("profile", ["receipt", "none"])
+def test_result_with_fields_and_repairs_validates(profile: str) -> None:
+    document = _document(RECEIPT)
+    repair_document(document, RepairConfig(field_profile=profile))  # type: ignore[arg-type]
+    result = document.to_dict()
+    validate_result(result)
+    assert result["repairs"]["ruleset_version"] == RULESET_VERSION
+    if profile == "receipt":
+        assert set(result["fields"]["total"]) == {
+            "raw", "value", "confidence", "boxes", "rules", "checks", "review", "reasons"
+        }  # fmt: skip
+
+
+def test_numeric_confusions_never_touch_free_text() -> None:
+    document = _document([["SOLD BY SOS SDN BHD"], ["TOTAL", "1O.5O"]])
+    repair_document(document, RepairConfig())
+    assert document.pages[0].lines[0].text == "SOLD BY SOS SDN BHD"
+    assert document.fields["company"].value == "SOLD BY SOS SDN BHD"
