@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import get_args
 
 from appliance import __version__
 from appliance.config import AppConfig, OutputFormat, load_config
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     process.add_argument(
         "--format",
         action="append",
-        choices=["json", "text"],
+        choices=get_args(OutputFormat),
         help="output format (repeatable; default: config)",
     )
 
@@ -103,7 +104,7 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
             print(f"{path}: failed ({error.reason.value}): {error.message}", file=sys.stderr)
             continue
         try:
-            written = write_outputs(document, args.out, path.name, formats)
+            written = write_outputs(document, args.out, path.name, formats, source_path=path)
         except OSError as error:
             print(f"{path}: cannot write results to {args.out}: {error}", file=sys.stderr)
             return ExitCode.OUTPUT_FAILED

@@ -20,7 +20,7 @@ from pydantic import (
 
 from appliance.errors import ConfigError
 
-OutputFormat = Literal["json", "text"]
+OutputFormat = Literal["json", "text", "markdown", "hocr", "alto", "pdf"]
 
 
 class _Strict(BaseModel):

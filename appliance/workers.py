@@ -81,6 +81,7 @@ def _read_one(processor: DocumentProcessor, request: JobRequest, stop: threading
             request.formats,
             mode=request.mode,
             gid=request.gid,
+            source_path=Path(request.input_path),
         )
     except InterruptedError:
         return JobOutcome(request.job_id, interrupted=True, message="stopped by shutdown")

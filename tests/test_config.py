@@ -48,7 +48,7 @@ def test_relative_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
         ({"engine": {"ppocr_onnx": {"provider": "tpu"}}}, "engine.ppocr_onnx.provider: Input should be"),
         ({"engine": {"ppocr_onnx": {"use_line_orientation": "yes"}}}, "use_line_orientation"),
         ({"hot_folders": [{"path": "in"}]}, "hot_folders[0].output_dir: Field required"),
-        ({"outputs": {"formats": ["json", "pdf"]}}, "outputs.formats[1]: Input should be 'json' or 'text'"),
+        ({"outputs": {"formats": ["json", "docx"]}}, "outputs.formats[1]: Input should be 'json', 'text'"),
         ({"version": 2}, "version: Input should be 1"),
         ({"surprise": 1}, "surprise: unknown key"),
     ],

@@ -7,13 +7,30 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from appliance.document import Document
+from appliance.outputs.alto import render_alto
 from appliance.outputs.atomic import write_atomic
+from appliance.outputs.hocr import render_hocr
 from appliance.outputs.json_result import render_json
+from appliance.outputs.markdown import render_markdown
+from appliance.outputs.searchable_pdf import render_searchable_pdf
 from appliance.outputs.text_result import render_text
 
-_RENDERERS: dict[str, tuple[str, Callable[[Document], bytes]]] = {
-    "json": (".json", render_json),
-    "text": (".txt", render_text),
+# A renderer gets the Document and the input file: only the searchable PDF reads the file (for
+# the page images, which the Document does not hold); the others ignore it.
+Renderer = Callable[[Document, Path | None], bytes]
+
+
+def _from_document(render: Callable[[Document], bytes]) -> Renderer:
+    return lambda document, _source: render(document)
+
+
+_RENDERERS: dict[str, tuple[str, Renderer]] = {
+    "json": (".json", _from_document(render_json)),
+    "text": (".txt", _from_document(render_text)),
+    "markdown": (".md", _from_document(render_markdown)),
+    "hocr": (".hocr", _from_document(render_hocr)),
+    "alto": (".alto.xml", _from_document(render_alto)),
+    "pdf": (".pdf", render_searchable_pdf),
 }
 
 
@@ -29,13 +46,16 @@ def write_outputs(
     *,
     mode: int = 0o644,
     gid: int | None = None,
+    source_path: Path | None = None,
 ) -> dict[str, Path]:
     """Render every format first, then write each atomically; return format -> path.
 
     Rendering all formats before writing any means a rendering bug leaves no partial set behind.
     `mode` and `gid` let sites that share results over Samba give them to a reader group.
+    `source_path` is the input file the document was read from; the searchable PDF ("pdf")
+    needs it for the page images and raises ValueError without it.
     """
-    rendered = {fmt: _RENDERERS[fmt][1](document) for fmt in formats}
+    rendered = {fmt: _RENDERERS[fmt][1](document, source_path) for fmt in formats}
     paths = output_paths(output_dir, stem, rendered)
     for fmt, data in rendered.items():
         write_atomic(paths[fmt], data, mode)
