@@ -56,7 +56,7 @@ RECEIPT = [
 
 def test_receipt_fields_with_values_checks_and_boxes() -> None:
     document = _document(RECEIPT)
-    repair_document(document, RepairConfig())
+    repair_document(document, RepairConfig(confidence_aggregate="min"))
     fields = document.fields
     assert fields["company"].value == "ACME TRADING SDN BHD"
     assert fields["address"].value == "NO 5, JALAN MAJU 3, 47400 PETALING JAYA SELANGOR"
@@ -88,7 +88,7 @@ def test_failing_cross_check_forces_review() -> None:
 
 def test_low_confidence_and_missing_fields_go_to_review() -> None:
     document = _document([["SOME SHOP SDN BHD"], ["TOTAL", "5.00"]], confidence=0.6)
-    repair_document(document, RepairConfig(review_threshold=0.8))
+    repair_document(document, RepairConfig(review_threshold=0.8, confidence_aggregate="min"))
     assert document.fields["total"].review is True
     assert document.fields["total"].reasons == ["confidence.low: 0.600 < 0.8"]
     assert document.fields["date"].reasons == ["field.missing"]

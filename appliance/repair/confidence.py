@@ -13,7 +13,7 @@ Aggregate = Literal["min", "mean", "geomean", "product"]
 CHECK_PASS_FACTOR = 0.5
 
 
-def aggregate(confidences: Sequence[float], method: Aggregate = "min") -> float:
+def aggregate(confidences: Sequence[float], method: Aggregate = "product") -> float:
     """One number for a run of characters; 0.0 for none (an empty value is not trusted).
 
     "min" says how sure the engine is of its weakest character, which is what decides an exact
