@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
         "verify", help="check model files against their manifest and load them"
     )
     verify.add_argument("--config", type=Path, help="config file (default: built-in)")
+
+    audit = commands.add_parser("audit", help="audit log tools")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    audit_verify = audit_commands.add_parser(
+        "verify", help="check an audit log's hash chain (exit 7 on any edited, removed or reordered entry)"
+    )
+    audit_verify.add_argument("file", type=Path)
     return parser
 
 
@@ -67,6 +74,20 @@ def _cmd_config_check(args: argparse.Namespace) -> ExitCode:
     folders = ", ".join(str(folder.path) for folder in config.hot_folders) or "none"
     print(f"{args.file}: valid (engine {config.engine.name}, hot folders: {folders})")
     return ExitCode.OK
+
+
+def _cmd_audit_verify(args: argparse.Namespace) -> ExitCode:
+    from appliance.audit import verify
+
+    result = verify(args.file)
+    if result.ok:
+        print(f"{args.file}: {result.entries} entries, chain intact, head {result.head_hash}")
+        return ExitCode.OK
+    where = f"line {result.line}: " if result.line else ""
+    problem = result.problem.value if result.problem else "invalid"
+    print(f"{args.file}: {where}{problem}: {result.message}", file=sys.stderr)
+    print(f"{args.file}: {result.entries} entries verified before it", file=sys.stderr)
+    return ExitCode.AUDIT_TAMPERED
 
 
 def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
@@ -163,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "config":
             return _cmd_config_check(args)
+        if args.command == "audit":
+            return _cmd_audit_verify(args)
         if args.command == "models":
             return _cmd_models_verify(args)
         if args.command == "process":

@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     CONFIG_INVALID = 4
     MODEL_INVALID = 5  # a model file is missing, altered or unloadable
     OUTPUT_FAILED = 6  # results could not be written
+    AUDIT_TAMPERED = 7  # `audit verify`: an entry was edited, removed or reordered, or a line is cut
     INTERRUPTED = 130  # stopped by SIGINT before finishing (128 + SIGINT, as shells report it)
 
 
