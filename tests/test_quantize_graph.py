@@ -1,0 +1,38 @@
+"""The exact FP32 rewrites done before quantization leave the recogniser's output unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from appliance.engines.ppocr_onnx import default_model_dir  # noqa: E402
+from quantize.evaluate import cpu_session, edit_distance  # noqa: E402
+from quantize.graph import fold_affine_into_conv, name_nodes  # noqa: E402
+from quantize.onnx_int8 import prepare  # noqa: E402
+
+
+def test_edit_distance() -> None:
+    assert edit_distance([1, 2, 3], [1, 3]) == 1
+    assert edit_distance([], [4, 5]) == 2
+
+
+def test_folding_is_exact_on_the_orientation_model(tmp_path: Path) -> None:
+    source = default_model_dir() / "ppocrv5_cls.onnx"
+    prepared = prepare("cls", source, tmp_path)
+    tensor = np.random.default_rng(0).standard_normal((2, 3, 80, 160)).astype(np.float32)
+    before = cpu_session(source).run(None, {"x": tensor})[0]
+    after = cpu_session(prepared.path).run(None, {"x": tensor})[0]
+    assert np.abs(before - after).max() < 1e-4
+
+
+def test_folds_and_names(tmp_path: Path) -> None:
+    model = onnx.load(str(default_model_dir() / "ppocrv5_rec.onnx"))
+    _, folded = fold_affine_into_conv(model)
+    assert folded == 0  # Identity nodes hide the pattern until onnxruntime's basic level removes them
+    model.graph.node[0].name = ""
+    assert name_nodes(model) == 1
+    assert all(node.name for node in model.graph.node)
