@@ -55,6 +55,7 @@ class Line:
     words: list[Word] = field(default_factory=list)
     rotated_180: bool = False
     engine: str = ""
+    occluded: bool = False  # under a seal or stamp: what was read there needs a human look
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +66,7 @@ class Line:
             "char_confidences": [round(c, 3) for c in self.char_confidences],
             "rotated_180": self.rotated_180,
             "engine": self.engine,
+            "occluded": self.occluded,
             "words": [word.to_dict() for word in self.words],
         }
 
@@ -100,6 +102,9 @@ class Page:
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     text_layer_chars: int | None = None
+    # What preprocessing did (step, params, ms) and the seal regions found, in page pixels.
+    preprocessing: list[dict[str, Any]] = field(default_factory=list)
+    occlusions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def lines(self) -> list[Line]:
@@ -126,6 +131,8 @@ class Page:
             "text_layer_chars": self.text_layer_chars,
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
             "warnings": list(self.warnings),
+            "preprocessing": list(self.preprocessing),
+            "occlusions": list(self.occlusions),
             "blocks": [block.to_dict() for block in self.blocks],
         }
 

@@ -38,3 +38,27 @@ def test_a_tall_line_does_not_swallow_its_neighbours() -> None:
 
 def test_empty_page_has_no_blocks() -> None:
     assert order_page([]) == []
+
+
+def test_two_columns_are_read_column_by_column() -> None:
+    """Prose in two columns with aligned baselines: the left column first, then the right."""
+    lines = [_line(f"L{i}", 40, 100 + 40 * i, 540, 130 + 40 * i) for i in range(6)]
+    lines += [_line(f"R{i}", 600, 100 + 40 * i, 1100, 130 + 40 * i) for i in range(6)]
+    lines.append(_line("TITLE", 300, 20, 800, 60))
+    texts = [block.text for block in order_page(lines)]
+    assert texts == ["TITLE", *[f"L{i}" for i in range(6)], *[f"R{i}" for i in range(6)]]
+
+
+def test_receipt_labels_and_amounts_keep_row_order() -> None:
+    """A table-like region (short cells on shared rows) is read row by row, not column by column."""
+    labels = ["SUBTOTAL", "TAX", "TOTAL", "CASH"]
+    lines = [_line(text, 40, 100 + 40 * i, 200, 130 + 40 * i) for i, text in enumerate(labels)]
+    lines += [_line(f"{i}.00", 600, 100 + 40 * i, 680, 130 + 40 * i) for i in range(4)]
+    assert [block.text for block in order_page(lines)] == [f"{t} {i}.00" for i, t in enumerate(labels)]
+
+
+def test_unaligned_columns_are_split_at_the_valley() -> None:
+    lines = [_line(f"L{i}", 40, 100 + 40 * i, 300, 130 + 40 * i) for i in range(4)]
+    lines += [_line(f"R{i}", 400, 120 + 40 * i, 700, 150 + 40 * i) for i in range(4)]
+    texts = [block.text for block in order_page(lines)]
+    assert texts == [*[f"L{i}" for i in range(4)], *[f"R{i}" for i in range(4)]]

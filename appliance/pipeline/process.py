@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import __version__
-from appliance.config import RepairConfig
+from appliance.config import PreprocessConfig, RepairConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason
-from appliance.pipeline.layout import order_page
+from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
 from appliance.repair.step import repair_document
 
@@ -32,10 +32,17 @@ def sha256_of(path: Path) -> str:
 class DocumentProcessor:
     """Turns files into Documents with one engine; safe to reuse for many files."""
 
-    def __init__(self, engine: Engine, rasterizer: Rasterizer, repair: RepairConfig | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        rasterizer: Rasterizer,
+        repair: RepairConfig | None = None,
+        preprocess: PreprocessConfig | None = None,
+    ) -> None:
         self._engine = engine
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()
+        self._preprocess = preprocess or PreprocessConfig()
         self._engine_description = engine.describe()
 
     def process(
@@ -71,7 +78,8 @@ class DocumentProcessor:
             if should_stop():
                 raise InterruptedError(f"stopped while reading {path.name}")
             try:
-                page_text = self._engine.recognize(raster.image)
+                # Preprocessing, the engine and reading order; boxes come back in raster pixels.
+                page_read = read_page(self._engine, raster.image, self._preprocess)
             except DocumentError:
                 raise
             except MemoryError:
@@ -80,10 +88,9 @@ class DocumentProcessor:
                     f"{path.name} page {raster.index + 1}: out of memory",
                     transient=True,
                 ) from None
-            layout_started = time.perf_counter()
-            blocks = order_page(page_text.lines)
-            timings = {"rasterize": raster_ms, **page_text.timings_ms}
-            timings["layout"] = (time.perf_counter() - layout_started) * 1000
+            page_text = page_read.text
+            blocks = page_read.blocks
+            timings = {"rasterize": raster_ms, **page_read.timings_ms}
             height, width = raster.image.shape[:2]
             document.pages.append(
                 Page(
@@ -93,8 +100,10 @@ class DocumentProcessor:
                     dpi=raster.dpi,
                     blocks=blocks,
                     timings_ms=timings,
-                    warnings=[*raster.warnings, *page_text.warnings],
+                    warnings=[*raster.warnings, *page_text.warnings, *page_read.warnings],
                     text_layer_chars=raster.text_layer_chars,
+                    preprocessing=page_read.steps,
+                    occlusions=page_read.occlusions,
                 )
             )
             log.debug("%s page %d: %d lines", path.name, raster.index + 1, len(page_text.lines))

@@ -1,0 +1,184 @@
+"""Preprocessing on rendered pages: turns and skews recovered, seals found, odd pages survive."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from appliance.config import PreprocessConfig
+from appliance.document import Line
+from appliance.engines.base import PageText
+from appliance.pipeline.preprocess import preprocess, read_page
+from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotate_quarter
+from appliance.pipeline.preprocess.orientation import read_upright
+from appliance.pipeline.preprocess.transform import PageTransform
+from tests.rendering import LATIN_FONT, render_lines
+
+_TEXT = [
+    "Scanners feed pages upside down and a few degrees askew.",
+    "The appliance finds the skew from the profile of the ink,",
+    "turns the page straight and reads it line by line again.",
+    "Every step is recorded with its parameters and its time.",
+]
+
+
+def _page() -> np.ndarray:
+    rows = [[(40, text)] for text in _TEXT * 3]
+    return render_lines(rows, width=1100, font_path=LATIN_FONT, size=26).bgr()
+
+
+ALL_ON = PreprocessConfig(deskew=True, border_crop=True)
+
+
+@pytest.mark.parametrize("angle", [-7.0, -3.0, 2.0, 5.0, 12.0])
+def test_skew_is_found_within_a_third_of_a_degree(angle: float) -> None:
+    skewed, _ = rotate_by(_page(), angle, (255, 255, 255))
+    estimate = estimate_skew(cv2.cvtColor(skewed, cv2.COLOR_BGR2GRAY), 15.0, check_vertical=True)
+    assert estimate is not None and not estimate.vertical
+    # rotate_by turns counter-clockwise, which makes lines rise: the skew found is its negative.
+    assert abs(estimate.angle + angle) <= 0.3
+
+
+@pytest.mark.parametrize("turns", [1, 3])
+def test_quarter_turns_are_found(turns: int) -> None:
+    turned, _ = rotate_quarter(_page(), turns)
+    result = preprocess(turned, ALL_ON)
+    steps = {step.step: step.params for step in result.steps}
+    assert steps["orientation"]["quarter_turns"] == 1
+    height, width = result.image.shape[:2]
+    assert width > height  # lines run across again (180 degrees is the engine read's call)
+
+
+def test_deskew_records_the_angle_and_maps_boxes_back() -> None:
+    page = _page()
+    skewed, matrix = rotate_by(page, 4.0, (255, 255, 255))
+    result = preprocess(skewed, ALL_ON)
+    deskew = next(step for step in result.steps if step.step == "deskew")
+    assert deskew.params["applied"] and abs(deskew.params["angle"] + 4.0) <= 0.3
+    # A point of the processed page maps back to where it is on the skewed page.
+    centre = np.array([[result.image.shape[1] / 2, result.image.shape[0] / 2]])
+    back = result.transform.to_original(centre)[0]
+    assert abs(back[0] - skewed.shape[1] / 2) < 3 and abs(back[1] - skewed.shape[0] / 2) < 3
+    del matrix
+
+
+def test_small_skew_is_left_alone() -> None:
+    skewed, _ = rotate_by(_page(), 0.2, (255, 255, 255))
+    result = preprocess(skewed, ALL_ON)
+    deskew = next(step for step in result.steps if step.step == "deskew")
+    assert not deskew.params["applied"]
+
+
+def test_black_edges_are_cut() -> None:
+    page = cv2.copyMakeBorder(_page(), 40, 30, 50, 20, cv2.BORDER_CONSTANT, value=(10, 10, 10))
+    result = preprocess(page, PreprocessConfig(orientation=False, border_crop=True))
+    crop = next(step for step in result.steps if step.step == "border_crop")
+    assert crop.params["applied"]
+    x0, y0, _, _ = crop.params["box"]
+    assert 50 <= x0 <= 60 and 40 <= y0 <= 50
+    assert result.image[:, :, 0].min() < 60 and np.mean(result.image[:5]) > 200
+
+
+def test_red_seal_is_found_lifted_and_recorded() -> None:
+    page = _page()
+    cv2.circle(page, (500, 200), 90, (30, 30, 220), 6)
+    result = preprocess(page, PreprocessConfig(orientation=False))
+    assert len(result.occlusions) == 1
+    x0, y0, x1, y1 = result.occlusions[0]
+    assert x0 < 420 and x1 > 580 and y0 < 120 and y1 > 280
+    ring = result.image[200, 500 - 90]
+    assert ring.min() > 180  # the red ink is paper now
+    assert result.image[:, :, 0].min() < 60  # the black text under it is not
+
+
+def test_red_heading_is_not_a_seal() -> None:
+    page = _page()
+    cv2.rectangle(page, (40, 5), (900, 25), (30, 30, 220), -1)
+    assert preprocess(page, PreprocessConfig(orientation=False)).occlusions == []
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        np.full((800, 600, 3), 255, np.uint8),
+        np.random.default_rng(1).integers(0, 255, (700, 900, 3), dtype=np.uint8),
+        np.zeros((50, 40, 3), np.uint8),
+    ],
+    ids=["blank", "photo-like", "tiny-black"],
+)
+def test_odd_pages_pass_every_step(image: np.ndarray) -> None:
+    config = PreprocessConfig(deskew=True, border_crop=True, denoise=True, contrast=True, binarize=True)
+    result = preprocess(image, config.model_copy(update={"resize_long_side": 640}))
+    assert result.image.ndim == 3 and result.image.dtype == np.uint8
+    binarize = [step for step in result.steps if step.step == "binarize"]
+    if binarize and image.shape == (700, 900, 3):
+        assert not binarize[0].params["applied"]  # a photo is not thresholded
+
+
+def test_transform_round_trip_of_a_quarter_turn() -> None:
+    page = np.zeros((100, 200, 3), np.uint8)
+    _, matrix = rotate_quarter(page, 1)
+    transform = PageTransform()
+    transform.then(matrix)
+    # (10, 20) on the raster page lands at (100 - 1 - 20, 10) after a clockwise turn.
+    processed = (matrix @ np.array([10.0, 20.0, 1.0]))[:2]
+    assert np.allclose(processed, [79.0, 10.0])
+    assert np.allclose(transform.to_original(processed[None, :])[0], [10.0, 20.0])
+
+
+class _UpsideDownEngine:
+    """Reads well only when the page's top-left pixel is white (the page's upright corner)."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "models": []}
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        self.calls += 1
+        upright = bool(image[0, 0, 0] == 255)
+        confidence = 0.95 if upright else 0.55
+        line = Line(
+            text="TOTAL 9.00",
+            box=(10.0, 10.0, 110.0, 30.0),
+            polygon=((10.0, 10.0), (110.0, 10.0), (110.0, 30.0), (10.0, 30.0)),
+            confidence=confidence,
+            char_confidences=[confidence] * 9,
+            rotated_180=not upright,
+        )
+        return PageText(lines=[line])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_page_reading_upside_down_is_read_again_turned() -> None:
+    page = np.full((100, 200, 3), 255, np.uint8)
+    page[0, 0] = 0  # the top-left corner is dark: this page is upside down
+    engine = _UpsideDownEngine()
+    read, _, turn, decision = read_upright(engine, page, flip_share=0.3)
+    assert decision.flipped and turn is not None and engine.calls == 2
+    assert read.lines[0].confidence == 0.95
+
+
+def test_an_upright_page_is_read_once() -> None:
+    engine = _UpsideDownEngine()
+    _, _, turn, decision = read_upright(engine, np.full((100, 200, 3), 255, np.uint8), flip_share=0.3)
+    assert not decision.checked and turn is None and engine.calls == 1
+
+
+def test_read_page_maps_boxes_to_the_raster_page_and_flags_lines_under_seals() -> None:
+    page = np.full((100, 200, 3), 255, np.uint8)
+    page[0, 0] = 0
+    cv2.circle(page, (130, 80), 18, (30, 30, 220), 3)  # a seal over the line on the scan
+    read = read_page(_UpsideDownEngine(), page, PreprocessConfig(seal_min_size=0.2))
+    line = read.blocks[0].lines[0]
+    # Read at (10..110, 10..30) on the turned page, which is (89..189, 69..89) on the scan.
+    assert line.box == pytest.approx((89.0, 69.0, 189.0, 89.0))
+    assert [step["step"] for step in read.steps][-1] == "flip_180"
+    assert read.occlusions and line.occluded
+    assert read.warnings
