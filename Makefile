@@ -10,20 +10,32 @@ ORT ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 # Evaluation sets for `make bench` (read in place, never copied).
 BENCH_DATA ?= ../shared/data/receipts_en ../shared/data/docs_zh
 BENCH_ARGS ?=
+# Installation (`make install`, `make uninstall`): DESTDIR stages into a folder for packaging.
 PREFIX ?= /usr/local
+DESTDIR ?=
+SYSCONFDIR ?= /etc
+INSTALL_BINDIR = $(PREFIX)/bin
+INSTALL_LIBDIR = $(PREFIX)/lib/ocr-appliance
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+DOCDIR ?= $(PREFIX)/share/doc/ocr-appliance
 
-# Fonts for the pages the tests render (Latin and CJK); Tesseract for the benchmark baseline.
-APT_TEST = fonts-dejavu-core fonts-wqy-microhei
+# Build needs of systemd-python; fonts for the pages the tests render (Latin and CJK); systemd's
+# analyzer and strace for the service tests; Tesseract for the benchmark baseline.
+APT_BUILD = libsystemd-dev pkg-config gcc
+APT_TEST = fonts-dejavu-core fonts-wqy-microhei systemd strace
 APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
 
-.PHONY: setup run test lint bench clean apt-test apt-bench
+.PHONY: setup run test lint bench clean apt-test apt-bench install install-files install-venv uninstall
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@./scripts/apt-ensure $(APT_BUILD)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	@# Both onnxruntime flavours provide the same module: remove the other one first.
@@ -52,6 +64,46 @@ apt-test:
 
 apt-bench:
 	@./scripts/apt-ensure $(APT_BENCH)
+
+install: install-venv install-files
+
+# The program: its own virtual environment under $(INSTALL_LIBDIR), linked into $(INSTALL_BINDIR).
+install-venv:
+	@./scripts/apt-ensure $(APT_BUILD)
+	$(PYTHON) -m venv $(DESTDIR)$(INSTALL_LIBDIR)/venv
+	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet --upgrade pip==26.3
+	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet '.[$(ORT)]'
+	@# A staged venv names its staging path in scripts and pyvenv.cfg; point them at the real one.
+	@if [ -n "$(DESTDIR)" ]; then \
+		grep -rlF '$(DESTDIR)' $(DESTDIR)$(INSTALL_LIBDIR)/venv/bin $(DESTDIR)$(INSTALL_LIBDIR)/venv/pyvenv.cfg \
+			| xargs -r sed -i 's|$(DESTDIR)||g'; fi
+	install -d $(DESTDIR)$(INSTALL_BINDIR)
+	ln -sf $(INSTALL_LIBDIR)/venv/bin/ocr-appliance $(DESTDIR)$(INSTALL_BINDIR)/ocr-appliance
+
+# Units, users, folders, configuration (kept if present) and documentation.
+install-files:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(DOCDIR)
+	sed -e 's|@BINDIR@|$(INSTALL_BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@UNITDIR@|$(UNITDIR)|g' \
+		systemd/ocr-appliance.service.in > $(DESTDIR)$(UNITDIR)/ocr-appliance.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/ocr-appliance.service
+	install -m 0644 systemd/nvidia.conf $(DESTDIR)$(DOCDIR)/nvidia.conf
+	if [ "$(ORT)" = gpu ]; then install -D -m 0644 systemd/nvidia.conf \
+		$(DESTDIR)$(UNITDIR)/ocr-appliance.service.d/nvidia.conf; fi
+	install -m 0644 systemd/ocr-appliance.sysusers $(DESTDIR)$(SYSUSERSDIR)/ocr-appliance.conf
+	install -m 0644 systemd/ocr-appliance.tmpfiles $(DESTDIR)$(TMPFILESDIR)/ocr-appliance.conf
+	install -m 0644 README.md config.example.yaml $(DESTDIR)$(DOCDIR)/
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/ocr-appliance
+	test -e $(DESTDIR)$(SYSCONFDIR)/ocr-appliance/config.yaml || \
+		install -m 0644 systemd/config.yaml $(DESTDIR)$(SYSCONFDIR)/ocr-appliance/config.yaml
+	@echo "next: systemd-sysusers; systemd-tmpfiles --create; systemctl daemon-reload; systemctl enable --now ocr-appliance"
+
+# Removes what install put in place; the configuration, the journal and the folders stay.
+uninstall:
+	rm -f $(DESTDIR)$(UNITDIR)/ocr-appliance.service $(DESTDIR)$(UNITDIR)/ocr-appliance.service.d/nvidia.conf
+	-rmdir $(DESTDIR)$(UNITDIR)/ocr-appliance.service.d 2>/dev/null
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/ocr-appliance.conf $(DESTDIR)$(TMPFILESDIR)/ocr-appliance.conf
+	rm -f $(DESTDIR)$(INSTALL_BINDIR)/ocr-appliance
+	rm -rf $(DESTDIR)$(INSTALL_LIBDIR) $(DESTDIR)$(DOCDIR)
 
 clean:
 	rm -rf $(VENV) var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -137,7 +137,7 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     return ExitCode.DOCUMENT_FAILED if failed else ExitCode.OK
 
 
-def _cmd_run(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
+def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.Event) -> ExitCode:
     from appliance.daemon import Daemon
     from appliance.engines.factory import build_engine
     from appliance.logging_setup import setup_logging
@@ -148,7 +148,12 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
         raise ConfigError(f"{args.config}: hot_folders is empty; there is nothing to watch")
     # The engine is built inside each worker process; a partial of a module-level function and a
     # (picklable) config is what the spawn start method can send there.
-    daemon = Daemon(config, functools.partial(build_engine, config.engine))
+    daemon = Daemon(
+        config,
+        functools.partial(build_engine, config.engine),
+        config_path=args.config,
+        factory_for=lambda new: functools.partial(build_engine, new.engine),
+    )
     daemon.start()
     for model in daemon.engine_description.get("models", []):
         if model.get("provider"):
@@ -158,19 +163,24 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
                 model["name"],
                 model["provider"],
             )
-    daemon.run(stop)
+    daemon.run(stop, reload)
     return ExitCode.OK
 
 
-def _install_stop_handlers(stop: threading.Event) -> None:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
+def _install_signal_handlers(stop: threading.Event, reload: threading.Event) -> None:
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C stops at once
-        log.info("received %s: finishing the current page, then stopping", signal.Signals(signum).name)
+        if not stop.is_set():
+            log.info("received %s: finishing the current page, then stopping", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+        reload.set()  # the main loop reloads; a handler must not do real work
+
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGHUP, on_hangup)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging("INFO" if args.command == "run" else "WARNING")
     stop = threading.Event()
-    _install_stop_handlers(stop)
+    reload = threading.Event()
+    _install_signal_handlers(stop, reload)
     try:
         if args.command == "config":
             return _cmd_config_check(args)
@@ -190,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_models_verify(args)
         if args.command == "process":
             return _cmd_process(args, stop)
-        return _cmd_run(args, stop)
+        return _cmd_run(args, stop, reload)
     except ConfigError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return ExitCode.CONFIG_INVALID

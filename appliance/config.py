@@ -180,6 +180,13 @@ class ProfileConfig(_Strict):
         return _to_tuple(value)
 
 
+class ServiceConfig(_Strict):
+    """Behaviour under systemd: watchdog and status reporting."""
+
+    watchdog_stall_seconds: StrictFloat = Field(default=300.0, gt=0)
+    status_interval_seconds: StrictFloat = Field(default=5.0, gt=0)
+
+
 class PathsConfig(_Strict):
     """Where the appliance keeps its own state: the journal and the spool of claimed files."""
 
@@ -214,6 +221,7 @@ class AppConfig(_Strict):
     outputs: OutputsConfig = OutputsConfig()
     intake: IntakeConfig = IntakeConfig()
     jobs: JobsConfig = JobsConfig()
+    service: ServiceConfig = ServiceConfig()
     repair: RepairConfig = RepairConfig()
     logging: LoggingConfig = LoggingConfig()
 

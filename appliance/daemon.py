@@ -21,6 +21,7 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, TextIO
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
-from appliance.config import AppConfig, HotFolderConfig
+from appliance.config import AppConfig, HotFolderConfig, load_config
 from appliance.errors import ConfigError, FailureReason
 from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
 from appliance.intake.completeness import check_complete
@@ -39,6 +40,7 @@ from appliance.intake.watch import make_observer
 from appliance.journal import Job, JobState, Journal
 from appliance.outputs.atomic import fsync_directory, write_atomic
 from appliance.outputs.writer import output_paths
+from appliance.systemd import Notifier, event
 from appliance.workers import EngineFactory, JobOutcome, JobRequest, Worker
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 _TICK_SECONDS = 0.2
 _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
+_WORKER_START_SECONDS = 300.0
 
 
 class _EventForwarder(FileSystemEventHandler):
@@ -122,9 +125,24 @@ class DaemonStats:
 class Daemon:
     """Runs until `stop` is set; `start()` raises ModelError or ConfigError if it cannot start."""
 
-    def __init__(self, config: AppConfig, engine_factory: EngineFactory) -> None:
+    def __init__(
+        self,
+        config: AppConfig,
+        engine_factory: EngineFactory,
+        *,
+        notifier: Notifier | None = None,
+        config_path: Path | None = None,
+        factory_for: Callable[[AppConfig], EngineFactory] | None = None,
+    ) -> None:
         self._config = config
         self._engine_factory = engine_factory
+        self._notifier = notifier or Notifier()
+        self._config_path = config_path
+        self._factory_for = factory_for
+        self._started_at = time.monotonic()
+        self._next_watchdog = 0.0
+        self._next_status = 0.0
+        self.watchdog_pings = 0
         state_dir = config.paths.state_dir
         self._spool = state_dir / "spool"
         self._journal_path = state_dir / "journal.sqlite3"
@@ -168,7 +186,9 @@ class Daemon:
                 self._settle_finished(job)
         self._reconcile_spool()
         for worker in self._workers:
-            worker.start()
+            # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
+            self._notifier.extend_timeout(_WORKER_START_SECONDS)
+            worker.start(timeout=_WORKER_START_SECONDS)
         self.engine_description = self._workers[0].description
         for state in self._folders.values():
             observer = make_observer(state.config.path, state.config.watch, self._config.intake.poll_seconds)
@@ -183,7 +203,9 @@ class Daemon:
             "ready: watching %s with %d worker(s)",
             ", ".join(str(path) for path in self._folders) or "nothing",
             len(self._workers),
+            extra=event("started", MODEL_ID=self._model_ids()),
         )
+        self._notifier.ready(self.status_line())
 
     def _take_instance_lock(self) -> None:
         """Refuse to start while another daemon uses the same state folder.
@@ -206,8 +228,59 @@ class Daemon:
         handle.flush()
         self._lock_handle = handle
 
-    def run(self, stop: threading.Event) -> None:
-        """Start (if not started) and work until `stop` is set, then shut down cleanly."""
+    def _model_ids(self) -> str:
+        models = self.engine_description.get("models", [])
+        return ",".join(f"{model['name']}@{model['sha256'][:12]}" for model in models if model.get("sha256"))
+
+    def status_line(self) -> str:
+        """The short line systemd shows in `systemctl status` (STATUS=)."""
+        counts = self.journal.counts()
+        state = (
+            "paused (disk low)" if self.stats.intake_paused else ("busy" if self._jobs_by_worker else "idle")
+        )
+        elapsed = max(time.monotonic() - self._started_at, 1e-9)
+        return (
+            f"{state}; {counts[JobState.QUEUED]} queued, {counts[JobState.RUNNING]} running; "
+            f"{self.stats.done} done, {self.stats.failed} failed since start; "
+            f"{sum(worker.pages_done for worker in self._workers) / elapsed * 60:.1f} pages/min"
+        )
+
+    def workers_progressing(self) -> bool:
+        """False while any busy worker has shown no progress for the stall limit (a hung engine)."""
+        limit = self._config.service.watchdog_stall_seconds
+        return all(worker.stalled_for() < limit for worker in self._workers if worker.busy)
+
+    def _heartbeat(self) -> None:
+        """Status line and watchdog ping, from the main loop only.
+
+        A ping from a side thread would keep systemd happy while the loop (or an engine) is stuck;
+        from here, and only while workers progress, a hang stops the pings and systemd restarts us.
+        """
+        now = time.monotonic()
+        if now >= self._next_status:
+            self._notifier.status(self.status_line())
+            self._next_status = now + self._config.service.status_interval_seconds
+        interval = self._notifier.watchdog_interval
+        if interval is None or now < self._next_watchdog:
+            return
+        if self.workers_progressing():
+            self._notifier.watchdog()
+            self.watchdog_pings += 1
+            self._next_watchdog = now + interval
+        elif now >= self._next_watchdog + interval:
+            log.error(
+                "a worker has shown no progress for %.0f s: watchdog pings withheld",
+                self._config.service.watchdog_stall_seconds,
+                extra=event("watchdog_stalled"),
+            )
+            self._next_watchdog = now
+
+    def run(self, stop: threading.Event, reload: threading.Event | None = None) -> None:
+        """Start (if not started) and work until `stop` is set, then shut down cleanly.
+
+        Setting `reload` (SIGHUP) re-reads the config file; an invalid one is reported and the
+        running configuration kept.
+        """
         if not self.ready.is_set():
             self.start()
         next_rescan = time.monotonic() + self._config.intake.rescan_seconds
@@ -222,12 +295,91 @@ class Daemon:
                 if now >= next_prune:
                     self._prune()
                     next_prune = now + _PRUNE_EVERY_SECONDS
+                if reload is not None and reload.is_set():
+                    reload.clear()
+                    self.reload()
                 self._intake()
                 self._collect()
                 self._dispatch()
+                self._heartbeat()
                 self._wait_for_work(stop)
         finally:
             self._shutdown()
+
+    def reload(self) -> bool:
+        """Re-read the config file (SIGHUP); keep the running configuration if the new one is invalid.
+
+        Folders, profiles, intake, jobs and output settings apply at once; a changed engine or
+        rasterizer restarts each worker when it is idle. The state folder cannot move while running.
+        """
+        if self._config_path is None:
+            log.warning("reload requested, but the daemon was not started from a config file")
+            return False
+        self._notifier.reloading()
+        try:
+            new = load_config(self._config_path)
+            if new.paths.state_dir != self._config.paths.state_dir:
+                raise ConfigError(f"{self._config_path}: paths.state_dir cannot change without a restart")
+            if new.outputs.group:
+                grp.getgrnam(new.outputs.group)
+        except (ConfigError, KeyError) as error:
+            message = str(error) if isinstance(error, ConfigError) else f"unknown group {new.outputs.group!r}"
+            log.error(
+                "reload failed, keeping the running configuration: %s", message, extra=event("reload_failed")
+            )
+            self._notifier.ready(self.status_line())
+            return False
+        old, self._config = self._config, new
+        self._apply_folders(old, new)
+        self.journal.max_attempts = new.jobs.max_attempts
+        self._output_gid = grp.getgrnam(new.outputs.group).gr_gid if new.outputs.group else None
+        self._output_mode = int(new.outputs.mode, 8)
+        logging.getLogger().setLevel(new.logging.level)
+        if (new.engine, new.rasterize) != (old.engine, old.rasterize):
+            if self._factory_for is None:
+                log.warning("engine settings changed; they take effect after a restart")
+            else:
+                factory = self._factory_for(new)
+                for worker in self._workers:
+                    worker.replace_factory(factory, new.rasterize)
+        while len(self._workers) < new.jobs.workers:
+            worker = Worker(
+                f"ocr-worker-{len(self._workers)}",
+                self._factory_for(new) if self._factory_for else self._engine_factory,
+                new.rasterize,
+            )
+            self._notifier.extend_timeout(_WORKER_START_SECONDS)
+            worker.start(timeout=_WORKER_START_SECONDS)
+            self._workers.append(worker)
+        for worker in self._workers[new.jobs.workers :]:
+            worker.restart_when_idle = True  # retired below once idle
+        log.info("configuration reloaded from %s", self._config_path, extra=event("reloaded"))
+        self._notifier.ready(self.status_line())
+        return True
+
+    def _apply_folders(self, old: AppConfig, new: AppConfig) -> None:
+        wanted = {folder.path: folder for folder in new.hot_folders}
+        for path in list(self._folders):
+            if path not in wanted or wanted[path] != self._folders[path].config:
+                state = self._folders.pop(path)
+                if state.observer is not None:
+                    state.observer.stop()
+                    state.observer.join(timeout=5)
+        for path, folder in wanted.items():
+            for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
+                directory.mkdir(parents=True, exist_ok=True)
+            if path not in self._folders:
+                state = _FolderState(folder, FileStabilityTracker(new.intake.settle_seconds))
+                observer = make_observer(folder.path, folder.watch, new.intake.poll_seconds)
+                observer.schedule(_EventForwarder(folder, self._events), str(folder.path), recursive=True)
+                observer.start()
+                state.observer = observer
+                self._folders[path] = state
+            else:
+                self._folders[path].tracker.settle_seconds = new.intake.settle_seconds
+        # Jobs already claimed from a folder that is gone still finish into its old folders.
+        self._folder_by_source.update({str(folder.path): folder for folder in new.hot_folders})
+        self._rescan()
 
     def _wait_for_work(self, stop: threading.Event) -> None:
         """Sleep one tick, waking as soon as a worker reports, so throughput is not tick-bound."""
@@ -240,6 +392,7 @@ class Daemon:
             stop.wait(_TICK_SECONDS)
 
     def _shutdown(self) -> None:
+        self._notifier.stopping()
         for state in self._folders.values():
             if state.observer is not None:
                 state.observer.stop()
@@ -268,6 +421,7 @@ class Daemon:
             self.stats.done,
             self.stats.failed,
             self.stats.duplicates,
+            extra=event("stopped"),
         )
 
     # -- intake ---------------------------------------------------------------------------------
@@ -311,6 +465,7 @@ class Daemon:
                 "intake paused: less than %.0f MB free on %s; files wait in the hot folders",
                 self._config.intake.min_free_mb,
                 ", ".join(map(str, low)),
+                extra=event("intake_paused"),
             )
         elif not low and self.stats.intake_paused:
             log.info("intake resumed: disk space is back above the watermark")
@@ -391,8 +546,16 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 stale_reason.unlink()  # it completed after all
         self.stats.claimed += 1
+        self._next_status = 0.0
         job = self._journal_add(claimed, state.config)
-        log.info("claimed %s as job %s (%d bytes, sha256 %s)", relative, job.id, job.size, job.sha256[:12])
+        log.info(
+            "claimed %s as job %s (%d bytes, sha256 %s)",
+            relative,
+            job.id,
+            job.size,
+            job.sha256[:12],
+            extra=event("job_claimed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="claim"),
+        )
         self._reissue_if_duplicate(job)
 
     def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
@@ -431,7 +594,12 @@ class Daemon:
             duplicate_of=earlier.id,
         )
         self.stats.duplicates += 1
-        log.info("%s is a duplicate of job %s: result issued again", job.relative_path, earlier.id)
+        log.info(
+            "%s is a duplicate of job %s: result issued again",
+            job.relative_path,
+            earlier.id,
+            extra=event("job_done", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="duplicate", ROUTE="done"),
+        )
         self._settle_finished(finished)
 
     def _reconcile_spool(self) -> None:
@@ -486,7 +654,15 @@ class Daemon:
         return output_dir, stem
 
     def _dispatch(self) -> None:
-        for worker in self._workers:
+        for worker in list(self._workers):
+            if worker.restart_when_idle and not worker.busy:
+                worker.shutdown()
+                if self._workers.index(worker) >= self._config.jobs.workers:
+                    self._workers.remove(worker)
+                    continue
+                worker.restart_when_idle = False
+                self._notifier.extend_timeout(_WORKER_START_SECONDS)
+                worker.start(timeout=_WORKER_START_SECONDS)
             if worker.busy or not worker.alive():
                 continue
             job = self.journal.start_next()
@@ -534,7 +710,14 @@ class Daemon:
             self._jobs_by_worker.pop(worker.name)
             worker.kill()
             updated = self.journal.worker_died(job.id, reason)
-            log.error("job %s (%s): %s; now %s", job.id, job.relative_path, reason, updated.state)
+            log.error(
+                "job %s (%s): %s; now %s",
+                job.id,
+                job.relative_path,
+                reason,
+                updated.state,
+                extra=event("worker_died", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read"),
+            )
             if updated.state is JobState.FAILED:
                 self.stats.failed += 1
                 self._settle_finished(updated)
@@ -544,6 +727,7 @@ class Daemon:
 
     def _finish(self, job: Job, outcome: JobOutcome) -> None:
         self.stats.last_progress = time.monotonic()
+        self._next_status = 0.0  # the status line changed: send it with the next heartbeat
         if outcome.interrupted:
             self.journal.release(job.id, outcome.message)
             return
@@ -562,6 +746,15 @@ class Daemon:
                 outcome.pages,
                 confidence,
                 outcome.seconds,
+                extra=event(
+                    "job_done",
+                    JOB_ID=job.id,
+                    DOC_SHA256=job.sha256,
+                    STAGE="done",
+                    ROUTE="done",
+                    CONFIDENCE=None if outcome.confidence is None else f"{outcome.confidence:.4f}",
+                    MODEL_ID=self._model_ids(),
+                ),
             )
             self._settle_finished(finished)
             return
@@ -569,12 +762,23 @@ class Daemon:
             delay = self._config.jobs.retry_backoff_seconds * 2 ** (job.attempts - 1)
             updated = self.journal.retry_later(job.id, f"{outcome.failure}: {outcome.message}", delay)
             if updated.state is JobState.QUEUED:
-                log.warning("job %s: %s; retrying in %.0f s", job.id, outcome.message, delay)
+                log.warning(
+                    "job %s: %s; retrying in %.0f s",
+                    job.id,
+                    outcome.message,
+                    delay,
+                    extra=event("job_retry", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read"),
+                )
                 return
         else:
             updated = self.journal.finish(job.id, JobState.FAILED, f"{outcome.failure}: {outcome.message}")
         self.stats.failed += 1
-        log.error("failed %s: %s", job.relative_path, updated.reason)
+        log.error(
+            "failed %s: %s",
+            job.relative_path,
+            updated.reason,
+            extra=event("job_failed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read", ROUTE="failed"),
+        )
         self._settle_finished(updated)
 
     def _settle_finished(self, job: Job) -> None:

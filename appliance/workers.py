@@ -68,11 +68,16 @@ class JobOutcome:
     seconds: float = 0.0
 
 
-def _read_one(processor: DocumentProcessor, request: JobRequest, stop: threading.Event) -> JobOutcome:
+def _read_one(
+    processor: DocumentProcessor, request: JobRequest, stop: threading.Event, connection: Connection
+) -> JobOutcome:
     started = time.monotonic()
     try:
         document = processor.process(
-            Path(request.input_path), should_stop=stop.is_set, source_path=request.source_path
+            Path(request.input_path),
+            should_stop=stop.is_set,
+            source_path=request.source_path,
+            on_page=lambda index: connection.send(("progress", index)),
         )
         written = write_outputs(
             document,
@@ -141,7 +146,7 @@ def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize
             request = connection.recv()
             if request is None:
                 break
-            connection.send(("outcome", _read_one(processor, request, stop)))
+            connection.send(("outcome", _read_one(processor, request, stop, connection)))
     except (EOFError, OSError):
         pass  # the daemon went away; nothing is lost, the journal still has the job
     finally:
@@ -159,7 +164,10 @@ class Worker:
         self._connection: Connection | None = None
         self.job: JobRequest | None = None
         self.job_started = 0.0
+        self.last_progress = time.monotonic()
+        self.pages_done = 0
         self.description: dict[str, Any] = {}
+        self.restart_when_idle = False
 
     def start(self, timeout: float = 300.0) -> None:
         """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
@@ -207,23 +215,37 @@ class Worker:
         assert self._connection is not None and self.job is None
         self._connection.send(request)
         self.job = request
-        self.job_started = time.monotonic()
+        self.job_started = self.last_progress = time.monotonic()
 
     def poll(self) -> JobOutcome | None:
         """The outcome of the current job if it is ready, without waiting."""
         if self._connection is None or self.job is None:
             return None
         try:
-            if not self._connection.poll():
-                return None
-            kind, outcome = self._connection.recv()
+            while self._connection.poll():
+                kind, payload = self._connection.recv()
+                if kind == "progress":
+                    self.last_progress = time.monotonic()
+                    self.pages_done += 1
+                    continue
+                if kind == "outcome":
+                    self.job = None
+                    self.last_progress = time.monotonic()
+                    assert isinstance(payload, JobOutcome)
+                    return payload
         except (EOFError, OSError):
             return None  # died mid-job: the caller sees alive() is False
-        if kind != "outcome":
-            return None
-        self.job = None
-        assert isinstance(outcome, JobOutcome)
-        return outcome
+        return None
+
+    def stalled_for(self) -> float:
+        """Seconds since this worker last showed progress (a page read), 0 when idle."""
+        return time.monotonic() - self.last_progress if self.job else 0.0
+
+    def replace_factory(self, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
+        """Use a new engine from the next (re)start; the daemon restarts the worker once idle."""
+        self._factory = engine_factory
+        self._rasterize = rasterize
+        self.restart_when_idle = True
 
     @property
     def connection(self) -> Connection | None:

@@ -26,7 +26,7 @@ class FileStabilityTracker:
     """Remembers what each watched file looked like and since when."""
 
     def __init__(self, settle_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._settle = settle_seconds
+        self.settle_seconds = settle_seconds
         self._clock = clock
         self._seen: dict[Path, _Seen] = {}
 
@@ -60,7 +60,9 @@ class FileStabilityTracker:
             self.observe(path)
         now = self._clock()
         ready = [
-            (seen.first_seen, path) for path, seen in self._seen.items() if now - seen.since >= self._settle
+            (seen.first_seen, path)
+            for path, seen in self._seen.items()
+            if now - seen.since >= self.settle_seconds
         ]
         return [path for _, path in sorted(ready)]
 

@@ -46,13 +46,19 @@ class DocumentProcessor:
         self._engine_description = engine.describe()
 
     def process(
-        self, path: Path, should_stop: Callable[[], bool] = lambda: False, source_path: str | None = None
+        self,
+        path: Path,
+        should_stop: Callable[[], bool] = lambda: False,
+        source_path: str | None = None,
+        on_page: Callable[[int], None] = lambda _index: None,
     ) -> Document:
         """Read every page of `path`; raise DocumentError with a reason if the file cannot be read.
 
         `should_stop` is checked between pages so a shutdown does not wait for a long document;
         the caller then leaves the file where it is and nothing half-done is written.
         `source_path` is where the file came from (its hot folder path) when `path` is a spool copy.
+        `on_page` is called with each page's index once it is read (the daemon's watchdog uses it
+        to tell a slow document from a hung engine).
         """
         started = time.perf_counter()
         try:
@@ -107,6 +113,7 @@ class DocumentProcessor:
                 )
             )
             log.debug("%s page %d: %d lines", path.name, raster.index + 1, len(page_text.lines))
+            on_page(raster.index)
             raster_started = time.perf_counter()
         repair_started = time.perf_counter()
         repair_document(document, self._repair)

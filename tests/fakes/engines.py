@@ -44,13 +44,22 @@ class FixedTextEngine:
         pass
 
 
+def _is_red(image: np.ndarray) -> bool:
+    """Whether a page is mostly pure red: the trigger of the failing fakes.
+
+    Judged on the whole image, not one pixel, so it survives preprocessing (turns, crops, scaling).
+    """
+    blue, green, red = (float(image[..., channel].mean()) for channel in range(3))
+    return red > 200 and green < 60 and blue < 60
+
+
 class CrashingEngine(FixedTextEngine):
-    """Raises an unexpected exception on pages whose top-left pixel is pure red (BGR 0,0,255)."""
+    """Raises an unexpected exception on mostly red pages."""
 
     name = "fake_crashing"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+        if _is_red(image):
             raise RuntimeError("native code failed")
         return super().recognize(image)
 
@@ -65,35 +74,35 @@ class OutOfMemoryEngine(FixedTextEngine):
 
 
 class AbortingEngine(FixedTextEngine):
-    """Kills its own process with SIGABRT on red-cornered pages, as a segfault in native code would."""
+    """Kills its own process with SIGABRT on red pages, as a segfault in native code would."""
 
     name = "fake_aborting"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+        if _is_red(image):
             os.abort()
         return super().recognize(image)
 
 
 class HangingEngine(FixedTextEngine):
-    """Never returns on red-cornered pages, as a deadlocked GPU kernel would."""
+    """Never returns on red pages, as a deadlocked GPU kernel would."""
 
     name = "fake_hanging"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+        if _is_red(image):
             while True:
                 time.sleep(3600)
         return super().recognize(image)
 
 
 class FlakyOutOfMemoryEngine(FixedTextEngine):
-    """Runs out of memory on red-cornered pages (a transient failure the daemon retries)."""
+    """Runs out of memory on red pages (a transient failure the daemon retries)."""
 
     name = "fake_flaky_oom"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if tuple(int(v) for v in image[0, 0]) == (0, 0, 255):
+        if _is_red(image):
             raise MemoryError
         return super().recognize(image)
 
