@@ -30,7 +30,7 @@ APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
 
-.PHONY: setup run test lint bench clean apt-test apt-bench install install-files install-venv uninstall
+.PHONY: setup run test lint bench clean apt-test apt-bench install install-files install-venv uninstall proto
 
 setup: $(STAMP)
 
@@ -50,6 +50,12 @@ run: setup
 
 test: setup apt-test
 	$(BIN)/python -m pytest
+
+# The control API's Python modules (messages, stubs, typed .pyi) from its .proto; they are committed,
+# and tests/test_api_stubs.py fails when they differ from what this generates.
+proto: setup
+	PATH=$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. \
+		--mypy_out=. --mypy_grpc_out=. appliance/api/v1/appliance.proto
 
 lint: setup
 	$(BIN)/ruff check appliance bench tests

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -209,6 +210,37 @@ class RepairConfig(_Strict):
     confidence_aggregate: Literal["min", "mean", "geomean", "product"] = "product"
 
 
+class ApiConfig(_Strict):
+    """The local control API: a unix socket, and optionally TLS on loopback TCP (off by default)."""
+
+    class Tcp(_Strict):
+        """Loopback TCP with TLS, for a local tool that cannot use a unix socket."""
+
+        host: str = "127.0.0.1"
+        port: StrictInt = Field(ge=0, le=65535)  # 0: a free port (tests)
+        cert: Path
+        key: Path
+
+        @field_validator("host")
+        @classmethod
+        def _loopback_only(cls, value: str) -> str:
+            # The appliance never listens on the network: TCP is for local tools only.
+            if value != "localhost":
+                try:
+                    loopback = ipaddress.ip_address(value).is_loopback
+                except ValueError:
+                    loopback = False
+                if not loopback:
+                    raise ValueError(f"{value!r} is not a loopback address (127.0.0.1, ::1 or localhost)")
+            return value
+
+    socket: Path = Path("/run/ocr-appliance/api.sock")
+    group: str | None = None  # None: the daemon's own group
+    mode: str = Field(default="0660", pattern=r"^0?[0-7]{3}$")
+    max_message_bytes: StrictInt = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    tcp: Tcp | None = None
+
+
 class AppConfig(_Strict):
     """The whole configuration file."""
 
@@ -224,6 +256,7 @@ class AppConfig(_Strict):
     service: ServiceConfig = ServiceConfig()
     repair: RepairConfig = RepairConfig()
     logging: LoggingConfig = LoggingConfig()
+    api: ApiConfig = ApiConfig()
 
     @field_validator("hot_folders", mode="before")
     @classmethod
@@ -282,6 +315,15 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> dict[str, object]:
         for key in ("model_dir", "manifest", "variant_dir"):
             if isinstance(ppocr.get(key), str):
                 ppocr[key] = base / ppocr[key]
+    api = raw.get("api")
+    if isinstance(api, dict):
+        if isinstance(api.get("socket"), str):
+            api["socket"] = base / api["socket"]
+        tcp = api.get("tcp")
+        if isinstance(tcp, dict):
+            for key in ("cert", "key"):
+                if isinstance(tcp.get(key), str):
+                    tcp[key] = base / tcp[key]
     return raw
 
 

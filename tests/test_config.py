@@ -25,6 +25,7 @@ def test_example_config_is_valid_and_matches_the_defaults() -> None:
     assert config.paths.state_dir == REPO / "var" / "lib"
     assert config.hot_folders[0].path == REPO / "var" / "inbox"
     assert config.hot_folders[0].output_dir == REPO / "var" / "out"
+    assert config.api == defaults.api.model_copy(update={"socket": REPO / "var" / "run" / "api.sock"})
 
 
 def test_relative_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:

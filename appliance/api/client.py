@@ -1,0 +1,136 @@
+"""A client of the control API for the CLI and tests: typed calls, errors that say what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from appliance.api.v1 import appliance_pb2 as pb
+from appliance.api.v1 import appliance_pb2_grpc as pb_grpc
+
+DEFAULT_SOCKET = Path("/run/ocr-appliance/api.sock")
+
+
+class ApiError(Exception):
+    """A call that failed: `code` is the gRPC status code's name (NOT_FOUND, UNAVAILABLE...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _error(error: grpc.RpcError, target: str) -> ApiError:
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    if code is grpc.StatusCode.UNAVAILABLE and "failed to connect" in details:
+        # Connecting failed: the daemon is not running, or the socket refuses this user.
+        details = (
+            f"cannot reach the appliance at {target}: {details}\n"
+            "is the daemon running (systemctl status ocr-appliance)? "
+            "is this user in the socket's group? (--socket PATH for another place)"
+        )
+    return ApiError(code.name, details)
+
+
+class Client:
+    """One channel to the appliance; each method is one call with a deadline of `timeout` seconds."""
+
+    def __init__(self, socket: Path | str = DEFAULT_SOCKET, timeout: float = 10.0) -> None:
+        self.target = f"unix:{socket}"
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            self.target,
+            # A unix socket needs neither a proxy nor DNS.
+            options=[("grpc.enable_http_proxy", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+        )
+        self.stub = pb_grpc.ApplianceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def status(self) -> pb.GetStatusResponse:
+        try:
+            return self.stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def list_jobs(self, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
+        try:
+            return self.stub.ListJobs(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def get_job(self, job_id: str) -> pb.GetJobResponse:
+        try:
+            return self.stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def watch(self, after_seq: int = 0, job_id: str = "") -> Iterator[pb.JobEvent]:
+        """Transitions as they happen, without a deadline; resume with the last `seq` seen."""
+        try:
+            yield from self.stub.WatchEvents(pb.WatchEventsRequest(after_seq=after_seq, job_id=job_id))
+        except grpc.RpcError as error:
+            if isinstance(error, grpc.Call) and error.code() is grpc.StatusCode.CANCELLED:
+                return
+            raise _error(error, self.target) from None
+
+    def reprocess(self, request: pb.ReprocessRequest) -> pb.ReprocessResponse:
+        try:
+            return self.stub.Reprocess(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def pause(self) -> pb.StateResponse:
+        try:
+            return self.stub.Pause(pb.PauseRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def resume(self) -> pb.StateResponse:
+        try:
+            return self.stub.Resume(pb.ResumeRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def drain(self) -> pb.StateResponse:
+        try:
+            return self.stub.Drain(pb.DrainRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def reload(self) -> pb.ReloadConfigResponse:
+        try:
+            return self.stub.ReloadConfig(pb.ReloadConfigRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def list_review(self) -> pb.ListReviewResponse:
+        try:
+            return self.stub.ListReview(pb.ListReviewRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def resolve_review(self, request: pb.ResolveReviewRequest) -> pb.ResolveReviewResponse:
+        try:
+            return self.stub.ResolveReview(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
+
+    def metrics(self) -> pb.GetMetricsResponse:
+        try:
+            return self.stub.GetMetrics(pb.GetMetricsRequest(), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise _error(error, self.target) from None
