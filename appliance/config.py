@@ -88,6 +88,8 @@ class HotFolderConfig(_Strict):
     output_dir: Path
     archive_dir: Path
     failed_dir: Path
+    review_dir: Path | None = None  # None: "review" beside output_dir
+    audit_dir: Path | None = None  # None: "audit" beside output_dir
     profile: str = "default"
     watch: Literal["auto", "inotify", "poll"] = "auto"
     ignore: tuple[str, ...] = ()
@@ -168,12 +170,25 @@ class PreprocessConfig(_Strict):
     resize_long_side: StrictInt = Field(default=0, ge=0, le=8192)  # 0: keep the page's size
 
 
+class RoutingConfig(_Strict):
+    """When a document goes straight through, is sampled for audit, or goes to review."""
+
+    min_confidence: StrictFloat = Field(default=0.85, ge=0, le=1)
+    low_char_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
+    max_low_char_share: StrictFloat = Field(default=0.05, ge=0, le=1)
+    review_flagged_fields: StrictBool = True
+    review_missing_fields: StrictBool = False  # True for profiles whose documents must carry them
+    review_empty: StrictBool = True
+    audit_rate: StrictFloat = Field(default=0.05, ge=0, le=1)
+
+
 class ProfileConfig(_Strict):
-    """How documents of one kind are handled: their priority and result formats."""
+    """How documents of one kind are handled: priority, formats, preprocessing and routing."""
 
     priority: StrictInt = 0
     formats: tuple[OutputFormat, ...] | None = None  # None: outputs.formats
     preprocess: PreprocessConfig = PreprocessConfig()
+    routing: RoutingConfig = RoutingConfig()
 
     @field_validator("formats", mode="before")
     @classmethod
@@ -302,7 +317,7 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> dict[str, object]:
     if isinstance(folders, list):
         for folder in folders:
             if isinstance(folder, dict):
-                for key in ("path", "output_dir", "archive_dir", "failed_dir"):
+                for key in ("path", "output_dir", "archive_dir", "failed_dir", "review_dir", "audit_dir"):
                     value = folder.get(key)
                     if isinstance(value, str):
                         folder[key] = base / value

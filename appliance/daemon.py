@@ -10,6 +10,8 @@ reading one twice.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import fcntl
 import grp
@@ -30,7 +32,19 @@ from typing import Any, TextIO
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
+from appliance import __version__
+from appliance.audit import AuditLog
 from appliance.config import AppConfig, HotFolderConfig, load_config
+from appliance.control import (
+    ControlError,
+    DaemonState,
+    EngineStatus,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ReviewItem,
+    Status,
+)
 from appliance.errors import ConfigError, FailureReason
 from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
 from appliance.intake.completeness import check_complete
@@ -40,6 +54,13 @@ from appliance.intake.watch import make_observer
 from appliance.journal import Job, JobState, Journal
 from appliance.outputs.atomic import fsync_directory, write_atomic
 from appliance.outputs.writer import output_paths
+from appliance.review import (
+    CORRECTED_FILE,
+    REASONS_FILE,
+    SiteDictionary,
+    apply_correction,
+    parse_correction,
+)
 from appliance.systemd import Notifier, event
 from appliance.workers import EngineFactory, JobOutcome, JobRequest, Worker
 
@@ -49,6 +70,7 @@ _TICK_SECONDS = 0.2
 _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
 _WORKER_START_SECONDS = 300.0
+_REVIEW_CHECK_SECONDS = 2.0
 
 
 class _EventForwarder(FileSystemEventHandler):
@@ -117,6 +139,8 @@ class DaemonStats:
     done: int = 0
     failed: int = 0
     duplicates: int = 0
+    review: int = 0
+    audited: int = 0
     worker_restarts: int = 0
     intake_paused: bool = False
     last_progress: float = field(default_factory=time.monotonic)
@@ -143,6 +167,15 @@ class Daemon:
         self._next_watchdog = 0.0
         self._next_status = 0.0
         self.watchdog_pings = 0
+        self.state = DaemonState.RUNNING
+        self._commands: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._pages_log: collections.deque[tuple[float, int]] = collections.deque(maxlen=100_000)
+        self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
+        self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
+        self._next_review_check = 0.0
         state_dir = config.paths.state_dir
         self._spool = state_dir / "spool"
         self._journal_path = state_dir / "journal.sqlite3"
@@ -235,9 +268,12 @@ class Daemon:
     def status_line(self) -> str:
         """The short line systemd shows in `systemctl status` (STATUS=)."""
         counts = self.journal.counts()
-        state = (
-            "paused (disk low)" if self.stats.intake_paused else ("busy" if self._jobs_by_worker else "idle")
-        )
+        if self.state is not DaemonState.RUNNING:
+            state = self.state.value
+        elif self.stats.intake_paused:
+            state = "paused (disk low)"
+        else:
+            state = "busy" if self._jobs_by_worker else "idle"
         elapsed = max(time.monotonic() - self._started_at, 1e-9)
         return (
             f"{state}; {counts[JobState.QUEUED]} queued, {counts[JobState.RUNNING]} running; "
@@ -298,9 +334,18 @@ class Daemon:
                 if reload is not None and reload.is_set():
                     reload.clear()
                     self.reload()
-                self._intake()
+                self._run_commands()
+                if self.state is DaemonState.RUNNING:
+                    self._intake()
                 self._collect()
-                self._dispatch()
+                if self.state is DaemonState.RUNNING:
+                    self._dispatch()
+                if self.state is DaemonState.DRAINING and not self._jobs_by_worker:
+                    log.info("drained: every running job has finished")
+                    break
+                if now >= self._next_review_check:
+                    self._check_reviews()
+                    self._next_review_check = now + _REVIEW_CHECK_SECONDS
                 self._heartbeat()
                 self._wait_for_work(stop)
         finally:
@@ -392,6 +437,7 @@ class Daemon:
             stop.wait(_TICK_SECONDS)
 
     def _shutdown(self) -> None:
+        self.state = DaemonState.STOPPING
         self._notifier.stopping()
         for state in self._folders.values():
             if state.observer is not None:
@@ -412,6 +458,7 @@ class Daemon:
         for state in self._folders.values():
             if state.observer is not None:
                 state.observer.join(timeout=5)
+        self._fail_pending_commands()
         if self._journal is not None:
             self._journal.close()
         if self._lock_handle is not None:
@@ -577,7 +624,7 @@ class Daemon:
         earlier = self.journal.find_done_by_sha256(job.sha256)
         if earlier is None or earlier.id == job.id:
             return
-        sources = {fmt: Path(path) for fmt, path in earlier.outputs.items()}
+        sources = {fmt: Path(path) for fmt, path in earlier.outputs.items() if fmt != "original"}
         if not sources or not all(path.is_file() for path in sources.values()):
             return  # the earlier results are gone: read it again
         folder = self._folder_by_source[job.source_folder]
@@ -685,6 +732,12 @@ class Daemon:
                 formats=self._config.formats_for(job.profile),
                 mode=self._output_mode,
                 gid=self._output_gid,
+                profile=self._config.profiles.get(job.profile, self._config.profiles["default"]),
+                repair=self._config.repair,
+                review_dir=str(self._review_dir(folder)),
+                audit_dir=str(self._audit_dir(folder)),
+                relative_path=job.relative_path,
+                site_dictionary=self._site_dictionary.load(),
             )
             worker.submit(request)
             self._jobs_by_worker[worker.name] = job
@@ -733,12 +786,20 @@ class Daemon:
             return
         if outcome.failure is None:
             confidence = "n/a" if outcome.confidence is None else f"{outcome.confidence:.3f}"
-            finished = self.journal.finish(
-                job.id,
-                JobState.DONE,
-                f"read {outcome.pages} page(s), confidence {confidence}",
-                outcome.outputs,
-            )
+            self._pages_log.append((time.monotonic(), outcome.pages))
+            if outcome.route == "review":
+                self._to_review(job, outcome, confidence)
+                return
+            outputs = dict(outcome.outputs)
+            original = self._archive_target(job)
+            if original is not None:
+                outputs["original"] = str(original)  # where reprocessing finds it later
+            summary = f"read {outcome.pages} page(s), confidence {confidence}"
+            if outcome.route == "audit":
+                summary += "; sampled for audit"
+                self.stats.audited += 1
+            finished = self.journal.finish(job.id, JobState.DONE, summary, outputs)
+            self._append_audit(outcome.audit)
             self.stats.done += 1
             log.info(
                 "done %s: %d page(s), confidence %s, %.1f s",
@@ -751,7 +812,7 @@ class Daemon:
                     JOB_ID=job.id,
                     DOC_SHA256=job.sha256,
                     STAGE="done",
-                    ROUTE="done",
+                    ROUTE=outcome.route,
                     CONFIDENCE=None if outcome.confidence is None else f"{outcome.confidence:.4f}",
                     MODEL_ID=self._model_ids(),
                 ),
@@ -773,6 +834,7 @@ class Daemon:
         else:
             updated = self.journal.finish(job.id, JobState.FAILED, f"{outcome.failure}: {outcome.message}")
         self.stats.failed += 1
+        self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": updated.reason or ""})
         log.error(
             "failed %s: %s",
             job.relative_path,
@@ -788,15 +850,289 @@ class Daemon:
         if not spool_file.exists() or folder is None:
             return
         relative = Path(job.relative_path)
+        if job.state is JobState.REVIEW:
+            return  # the original waits in the spool until a person resolves the review
         if job.state is JobState.FAILED:
             moved = _move_file(spool_file, folder.failed_dir / relative)
             self._write_reason(moved, relative, _failure_reason(job.reason or ""), job.reason or "", job)
         elif self._config.intake.originals == "delete":
             spool_file.unlink()
         else:
-            month = datetime.now(UTC).strftime("%Y/%m")
-            _move_file(spool_file, folder.archive_dir / month / relative)
+            recorded = job.outputs.get("original")
+            target = Path(recorded) if recorded else self._archive_target(job)
+            if target is not None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(spool_file), _unique_path(target) if target.exists() else target)
+                fsync_directory(target.parent)
         shutil.rmtree(spool_file.parent, ignore_errors=True)
+
+    def _archive_target(self, job: Job) -> Path | None:
+        """Where a done job's original will be archived (None when originals are deleted)."""
+        folder = self._folder_by_source.get(job.source_folder)
+        if folder is None or self._config.intake.originals == "delete":
+            return None
+        month = datetime.now(UTC).strftime("%Y/%m")
+        return _unique_path(folder.archive_dir / month / job.relative_path)
+
+    def _review_dir(self, folder: HotFolderConfig) -> Path:
+        return folder.review_dir or folder.output_dir.parent / "review"
+
+    def _audit_dir(self, folder: HotFolderConfig) -> Path:
+        return folder.audit_dir or folder.output_dir.parent / "audit"
+
+    def _append_audit(self, record: dict[str, Any] | None) -> None:
+        if record is None:
+            return
+        try:
+            self._audit.append(record)
+        except Exception:  # the audit log must not stop reading; say so loudly
+            log.exception("cannot append to the audit log %s", self._audit.path)
+
+    def _to_review(self, job: Job, outcome: JobOutcome, confidence: str) -> None:
+        reasons = "; ".join(outcome.reasons)
+        self.journal.finish(job.id, JobState.REVIEW, f"review: {reasons}", outcome.outputs)
+        self._append_audit(outcome.audit)
+        self.stats.review += 1
+        log.warning(
+            "review %s: %s (confidence %s)",
+            job.relative_path,
+            reasons,
+            confidence,
+            extra=event("job_done", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="route", ROUTE="review"),
+        )
+
+    # -- review -------------------------------------------------------------------------------------
+
+    def review_items(self) -> list[ReviewItem]:
+        items = []
+        for job in self.journal.jobs(JobState.REVIEW, limit=1000):
+            folder = Path(job.outputs["json"]).parent if "json" in job.outputs else None
+            reasons: list[str] = []
+            fields: dict[str, Any] = {}
+            if folder is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    reasons = json.loads((folder / REASONS_FILE).read_text(encoding="utf-8"))["reasons"]
+                with contextlib.suppress(OSError, ValueError):
+                    fields = json.loads(Path(job.outputs["json"]).read_text(encoding="utf-8")).get(
+                        "fields", {}
+                    )
+            items.append(ReviewItem(job, str(folder or ""), reasons, fields))
+        return items
+
+    def _check_reviews(self) -> None:
+        """Resolve reviews whose folder received a corrected.json."""
+        for job in self.journal.jobs(JobState.REVIEW, limit=1000):
+            if "json" not in job.outputs:
+                continue
+            corrected = Path(job.outputs["json"]).parent / CORRECTED_FILE
+            if not corrected.exists():
+                continue
+            try:
+                correction = parse_correction(json.loads(corrected.read_text(encoding="utf-8")))
+                self.resolve_review(job.id, correction.get("fields", {}), correction.get("text"))
+            except (ValueError, ControlError) as error:
+                rejected = corrected.with_name(CORRECTED_FILE + ".rejected")
+                corrected.replace(rejected)
+                write_atomic(rejected.with_name("rejected.txt"), f"{error}\n".encode())
+                log.error("correction for %s refused: %s", job.relative_path, error)
+
+    def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
+        """Complete a reviewed document with the reviewer's corrections; results go to the output folder."""
+        job = self.journal.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}")
+        if job.state is not JobState.REVIEW:
+            raise FailedPreconditionError(f"job {job_id} is {job.state}, not waiting for review")
+        folder_config = self._folder_by_source.get(job.source_folder)
+        if folder_config is None or "json" not in job.outputs:
+            raise FailedPreconditionError(f"job {job_id} has no reviewable result (its hot folder is gone)")
+        review_json = Path(job.outputs["json"])
+        result = json.loads(review_json.read_text(encoding="utf-8"))
+        try:
+            corrected = apply_correction(result, fields, text)
+        except ValueError as error:
+            raise InvalidArgumentError(str(error)) from None
+        output_dir, stem = self._output_location(job, folder_config)
+        targets = output_paths(output_dir, stem, [fmt for fmt in job.outputs if fmt != "original"])
+        outputs: dict[str, str] = {}
+        for fmt, target in targets.items():
+            source = Path(job.outputs[fmt])
+            data = (
+                (json.dumps(corrected, ensure_ascii=False, indent=1) + "\n").encode()
+                if fmt == "json"
+                else (corrected["text"] + "\n").encode()
+                if fmt == "text" and text is not None
+                else source.read_bytes()
+            )
+            write_atomic(target, data, self._output_mode)
+            self._apply_group(target)
+            outputs[fmt] = str(target)
+        self._site_dictionary.learn(result, fields)
+        original = self._archive_target(job)
+        if original is not None:
+            outputs["original"] = str(original)
+        finished = self.journal.finish(
+            job_id, JobState.DONE, f"review resolved: {len(fields)} field(s) corrected", outputs
+        )
+        self._append_audit(
+            {
+                "job_id": job_id,
+                "document": {"name": job.name, "sha256": job.sha256},
+                "route": "review",
+                "resolution": "done",
+                "corrected_fields": dict(fields),
+                "text_corrected": text is not None,
+                "outputs": outputs,
+            }
+        )
+        self._settle_finished(finished)
+        shutil.rmtree(review_json.parent, ignore_errors=True)
+        self.stats.done += 1
+        log.info(
+            "review of %s resolved", job.relative_path, extra=event("job_done", JOB_ID=job_id, ROUTE="done")
+        )
+        return finished
+
+    # -- control (run on the loop through call_soon) ------------------------------------------------
+
+    def call_soon(self, function: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+        """Run `function` on the daemon's loop and put its result (or error) into `future`."""
+        if self.state is DaemonState.STOPPING:
+            future.set_exception(FailedPreconditionError("the daemon is stopping"))
+            return
+        self._commands.put((function, future))
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                function, future = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function())
+            except Exception as error:  # handed to the caller, who maps it to a status code
+                future.set_exception(error)
+
+    def _fail_pending_commands(self) -> None:
+        while True:
+            try:
+                _, future = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                future.set_exception(FailedPreconditionError("the daemon stopped"))
+
+    def pause(self) -> DaemonState:
+        if self.state is DaemonState.RUNNING:
+            self.state = DaemonState.PAUSED
+            log.info("paused: files wait in the hot folders and queued jobs wait; running jobs finish")
+        self._next_status = 0.0
+        return self.state
+
+    def resume(self) -> DaemonState:
+        if self.state is DaemonState.DRAINING:
+            raise FailedPreconditionError("the daemon is draining and will stop; start it again instead")
+        self.state = DaemonState.RUNNING
+        self._next_status = 0.0
+        return self.state
+
+    def drain(self) -> DaemonState:
+        self.state = DaemonState.DRAINING
+        self._notifier.stopping()
+        log.info("draining: no new work; the daemon stops once running jobs have finished")
+        return self.state
+
+    def reload_with_message(self) -> tuple[bool, str]:
+        ok = self.reload()
+        return ok, "configuration reloaded" if ok else "the new configuration was refused; see the log"
+
+    def reprocess(
+        self, job_id: str | None = None, sha256: str | None = None, profile: str | None = None
+    ) -> Job:
+        """Queue a finished document again from its archived original (optionally under another profile)."""
+        if job_id is not None:
+            earlier = self.journal.get(job_id)
+        else:
+            candidates = [job for job in self.journal.jobs(limit=1000) if job.sha256 == sha256]
+            earlier = candidates[0] if candidates else None
+        if earlier is None:
+            raise NotFoundError(f"no job with {'id ' + str(job_id) if job_id else 'sha256 ' + str(sha256)}")
+        if profile is not None and profile not in self._config.profiles:
+            raise InvalidArgumentError(
+                f"unknown profile {profile!r}; known: {', '.join(sorted(self._config.profiles))}"
+            )
+        if earlier.state in (JobState.QUEUED, JobState.RUNNING, JobState.REVIEW):
+            raise FailedPreconditionError(
+                f"job {earlier.id} is {earlier.state}; reprocess it once it has finished"
+            )
+        original = Path(earlier.outputs.get("original", ""))
+        if not earlier.outputs.get("original") or not original.is_file():
+            raise FailedPreconditionError(
+                f"the original of job {earlier.id} is no longer archived (intake.originals: delete, or moved)"
+            )
+        job_dir = self._spool / f"re-{earlier.id[:8]}-{int(time.time() * 1000)}"
+        job_dir.mkdir(parents=True)
+        record = {"source_folder": earlier.source_folder, "relative_path": earlier.relative_path}
+        write_atomic(job_dir / "claim.json", json.dumps(record).encode())
+        target = job_dir / earlier.name
+        shutil.copyfile(original, target)
+        job = self.journal.add(
+            sha256=earlier.sha256,
+            source_folder=earlier.source_folder,
+            relative_path=earlier.relative_path,
+            name=earlier.name,
+            size=target.stat().st_size,
+            spool_path=str(target),
+            profile=profile or earlier.profile,
+            priority=self._config.profiles[profile or earlier.profile].priority,
+            reason=f"reprocess of job {earlier.id}",
+        )
+        log.info("queued %s again as job %s (reprocess of %s)", earlier.relative_path, job.id, earlier.id)
+        return job
+
+    def snapshot_status(self) -> Status:
+        counts = self.journal.counts()
+        now = time.monotonic()
+        rates = {}
+        for label, window in (("1m", 60.0), ("5m", 300.0), ("15m", 900.0)):
+            pages = sum(count for at, count in self._pages_log if now - at <= window)
+            rates[label] = pages / min(window, max(now - self._started_at, 1e-9))
+        engine = self.engine_description
+        return Status(
+            version=__version__,
+            uptime_seconds=now - self._started_at,
+            state=self.state,
+            intake_paused_for_disk=self.stats.intake_paused,
+            engines=[EngineStatus(str(engine.get("name", "")), list(engine.get("models", [])))]
+            if engine
+            else [],
+            workers=len(self._workers),
+            workers_busy=len(self._jobs_by_worker),
+            queue={state.value: count for state, count in counts.items()},
+            pages_per_second=rates,
+            gpu_memory_used_bytes=None,
+            gpu_memory_budget_bytes=None,
+            recent_errors=list(self.recent_errors),
+        )
+
+    def metrics(self) -> dict[str, float]:
+        counts = self.journal.counts()
+        return {
+            "uptime_seconds": time.monotonic() - self._started_at,
+            "claimed_total": float(self.stats.claimed),
+            "done_total": float(self.stats.done),
+            "failed_total": float(self.stats.failed),
+            "review_total": float(self.stats.review),
+            "audited_total": float(self.stats.audited),
+            "duplicates_total": float(self.stats.duplicates),
+            "worker_restarts_total": float(self.stats.worker_restarts),
+            "watchdog_pings_total": float(self.watchdog_pings),
+            "pages_total": float(sum(count for _, count in self._pages_log)),
+            "intake_paused": float(self.stats.intake_paused),
+            **{f"jobs_{state.value}": float(count) for state, count in counts.items()},
+        }
 
     def _write_reason(
         self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None

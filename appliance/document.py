@@ -169,6 +169,7 @@ class Document:
     appliance_version: str = ""
     fields: dict[str, FieldValue] = field(default_factory=dict)
     repairs: RepairLog | None = None  # None: the repair step did not run
+    routing: dict[str, Any] | None = None  # {"route": done|audit|review, "reasons": [...]} once routed
 
     @property
     def text(self) -> str:
@@ -195,4 +196,5 @@ class Document:
             "text": self.text,
             "fields": {name: value.to_dict() for name, value in self.fields.items()},
             "repairs": None if self.repairs is None else self.repairs.to_dict(),
+            "routing": self.routing,
         }

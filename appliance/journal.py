@@ -27,7 +27,7 @@ RECOVER_REASON = "daemon stopped while the job was running"
 
 
 class JobState(StrEnum):
-    """Where a job is in its life; done, review and failed are final."""
+    """Where a job is in its life; done and failed are final, review waits for a person."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -44,6 +44,8 @@ _FINISH_FROM: dict[JobState, tuple[JobState, ...]] = {
     JobState.RUNNING: (JobState.DONE, JobState.REVIEW, JobState.FAILED),
     # A duplicate whose earlier result is re-issued, or a file refused before reading, never runs.
     JobState.QUEUED: (JobState.DONE, JobState.FAILED),
+    # A reviewer resolves a document (done, with corrections) or rejects it (failed).
+    JobState.REVIEW: (JobState.DONE, JobState.FAILED),
 }
 
 
@@ -553,10 +555,11 @@ class Journal:
         pointing at missing files.
         """
         cutoff = (time.time() if now is None else now) - older_than_seconds
-        finished = tuple(state.value for state in FINISHED_STATES)
+        # Review is not final: a document waiting for a person is kept however long it waits.
+        finished = (JobState.DONE.value, JobState.FAILED.value)
         with self._write() as conn:
             rows = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?, ?) AND updated_at < ? ORDER BY rowid",
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) AND updated_at < ? ORDER BY rowid",
                 (*finished, cutoff),
             ).fetchall()
             pruned = [_job(row) for row in rows]

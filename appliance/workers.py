@@ -22,12 +22,16 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from appliance.config import RasterizeConfig
+from appliance.audit import document_record
+from appliance.config import ProfileConfig, RasterizeConfig, RepairConfig
 from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason, ModelError
+from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
+from appliance.review import apply_site_dictionary, review_folder, write_review_extras
+from appliance.routing import AUDIT, DONE, REVIEW, Decision, decide
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,12 @@ class JobRequest:
     formats: tuple[str, ...]
     mode: int = 0o644
     gid: int | None = None
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    repair: RepairConfig = field(default_factory=RepairConfig)
+    review_dir: str | None = None  # None: no routing (every document is done)
+    audit_dir: str | None = None
+    relative_path: str = ""
+    site_dictionary: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,12 +76,21 @@ class JobOutcome:
     transient: bool = False  # worth retrying later (out of memory)
     interrupted: bool = False  # stopped by a shutdown; the job did not fail
     seconds: float = 0.0
+    route: str = "done"
+    reasons: list[str] = field(default_factory=list)
+    audit: dict[str, Any] | None = None  # the audit record, built here where the Document is
 
 
 def _read_one(
-    processor: DocumentProcessor, request: JobRequest, stop: threading.Event, connection: Connection
+    engine: Engine,
+    rasterize: RasterizeConfig,
+    request: JobRequest,
+    stop: threading.Event,
+    connection: Connection,
 ) -> JobOutcome:
     started = time.monotonic()
+    processor = DocumentProcessor(engine, Rasterizer(rasterize), request.repair, request.profile.preprocess)
+    decision = Decision(DONE)
     try:
         document = processor.process(
             Path(request.input_path),
@@ -79,14 +98,35 @@ def _read_one(
             source_path=request.source_path,
             on_page=lambda index: connection.send(("progress", index)),
         )
+        apply_site_dictionary(document, request.site_dictionary)
+        if request.review_dir is not None:
+            decision = decide(document, request.profile.routing)
+            document.routing = decision.to_dict()
+        target = Path(request.output_dir)
+        if decision.route == REVIEW and request.review_dir is not None:
+            target = review_folder(Path(request.review_dir), request.relative_path, request.job_id)
         written = write_outputs(
             document,
-            Path(request.output_dir),
+            target,
             request.stem,
             request.formats,
             mode=request.mode,
             gid=request.gid,
             source_path=Path(request.input_path),
+        )
+        if decision.route == REVIEW:
+            write_review_extras(target, document, decision.reasons, Path(request.input_path), request.job_id)
+        elif decision.route == AUDIT and request.audit_dir is not None:
+            audit_target = Path(request.audit_dir) / Path(request.relative_path).parent
+            for path in written.values():
+                write_atomic(audit_target / path.name, path.read_bytes(), request.mode)
+        record = document_record(
+            document,
+            written,
+            route=decision.route,
+            reasons=decision.reasons,
+            ruleset_version=document.repairs.ruleset_version if document.repairs else None,
+            extra={"job_id": request.job_id},
         )
     except InterruptedError:
         return JobOutcome(request.job_id, interrupted=True, message="stopped by shutdown")
@@ -109,6 +149,9 @@ def _read_one(
         pages=len(document.pages),
         confidence=document.confidence,
         seconds=time.monotonic() - started,
+        route=decision.route,
+        reasons=decision.reasons,
+        audit=record,
     )
 
 
@@ -141,12 +184,11 @@ def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize
         return
     try:
         connection.send(("ready", engine.describe()))
-        processor = DocumentProcessor(engine, Rasterizer(rasterize))
         while not stop.is_set():
             request = connection.recv()
             if request is None:
                 break
-            connection.send(("outcome", _read_one(processor, request, stop, connection)))
+            connection.send(("outcome", _read_one(engine, rasterize, request, stop, connection)))
     except (EOFError, OSError):
         pass  # the daemon went away; nothing is lost, the journal still has the job
     finally:

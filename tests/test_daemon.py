@@ -1,6 +1,6 @@
 """The daemon with real files, real inotify, real SQLite and real worker processes.
 
-Engines are fakes from tests/fakes (instant, or failing on purpose on red-cornered pages) so that
+Engines are fakes from tests/fakes (instant, or failing on purpose on blue pages) so that
 these tests are about intake, the journal and the workers, not about OCR.
 """
 
@@ -244,7 +244,7 @@ def test_unreadable_file_goes_to_failed_and_the_daemon_goes_on(running: Running)
 
 def test_engine_exception_fails_only_that_file(tmp_path: Path) -> None:
     with Running(_config(tmp_path), fakes.crashing_engine) as running:
-        (running.folders.inbox / "poison.png").write_bytes(_png_bytes(colour="red"))
+        (running.folders.inbox / "poison.png").write_bytes(_png_bytes(colour="blue"))
         assert _wait((running.folders.failed / "poison.png.error.json").exists)
         reason = json.loads((running.folders.failed / "poison.png.error.json").read_text(encoding="utf-8"))
         assert reason["reason"] == "internal"
@@ -255,7 +255,7 @@ def test_engine_exception_fails_only_that_file(tmp_path: Path) -> None:
 
 def test_worker_that_aborts_is_replaced_and_the_file_failed_as_poison(tmp_path: Path) -> None:
     with Running(_config(tmp_path, jobs={"max_attempts": 2}), fakes.aborting_engine) as running:
-        (running.folders.inbox / "segv.png").write_bytes(_png_bytes(colour="red"))
+        (running.folders.inbox / "segv.png").write_bytes(_png_bytes(colour="blue"))
         reason_file = running.folders.failed / "segv.png.error.json"
         assert _wait(reason_file.exists, timeout=40)
         reason = json.loads(reason_file.read_text(encoding="utf-8"))
@@ -270,7 +270,7 @@ def test_worker_that_aborts_is_replaced_and_the_file_failed_as_poison(tmp_path: 
 def test_hung_worker_is_killed_after_the_job_timeout(tmp_path: Path) -> None:
     config = _config(tmp_path, jobs={"max_attempts": 1, "timeout_seconds": 1.5})
     with Running(config, fakes.hanging_engine) as running:
-        (running.folders.inbox / "hang.png").write_bytes(_png_bytes(colour="red"))
+        (running.folders.inbox / "hang.png").write_bytes(_png_bytes(colour="blue"))
         reason_file = running.folders.failed / "hang.png.error.json"
         assert _wait(reason_file.exists, timeout=40)
         assert "timed out after 2 s" in json.loads(reason_file.read_text(encoding="utf-8"))["message"]
@@ -280,7 +280,7 @@ def test_hung_worker_is_killed_after_the_job_timeout(tmp_path: Path) -> None:
 
 def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
     with Running(_config(tmp_path, jobs={"max_attempts": 3}), fakes.flaky_oom_engine) as running:
-        (running.folders.inbox / "big.png").write_bytes(_png_bytes(colour="red"))
+        (running.folders.inbox / "big.png").write_bytes(_png_bytes(colour="blue"))
         reason_file = running.folders.failed / "big.png.error.json"
         assert _wait(reason_file.exists)
         reason = json.loads(reason_file.read_text(encoding="utf-8"))

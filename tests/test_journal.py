@@ -225,7 +225,21 @@ def test_finish_refuses_non_final_targets(journal: Journal, target: JobState) ->
         journal.finish(job.id, target, "nope")
 
 
-@pytest.mark.parametrize("final", [JobState.DONE, JobState.REVIEW, JobState.FAILED])
+def test_review_is_resolved_to_done_or_failed_only(journal: Journal) -> None:
+    job = _running(journal)
+    journal.finish(job.id, JobState.REVIEW, "low confidence")
+    with pytest.raises(InvalidTransition, match="cannot go from review to review"):
+        journal.finish(job.id, JobState.REVIEW, "again")
+    with pytest.raises(InvalidTransition, match="from review to queued"):
+        journal.retry_later(job.id, "again", 1)
+    resolved = journal.finish(job.id, JobState.DONE, "corrected by a reviewer", {"json": "/out/x.json"})
+    assert resolved.state is JobState.DONE
+    assert resolved.outputs == {"json": "/out/x.json"}
+    with pytest.raises(InvalidTransition):
+        journal.finish(job.id, JobState.FAILED, "too late")
+
+
+@pytest.mark.parametrize("final", [JobState.DONE, JobState.FAILED])
 def test_finished_jobs_accept_no_further_change(journal: Journal, final: JobState) -> None:
     job = _running(journal)
     journal.finish(job.id, final, "first")
@@ -553,7 +567,7 @@ def test_prune_removes_only_old_finished_jobs(journal: Journal) -> None:
     old = [job for (at, _), job in made.items() if at == T0]
     recent = [job for (at, _), job in made.items() if at > T0]
     pruned = journal.prune(older_than_seconds=600, now=T0 + 1000)
-    finished = {JobState.DONE, JobState.REVIEW, JobState.FAILED}
+    finished = {JobState.DONE, JobState.FAILED}  # review waits for a person, however long
     assert sorted(job.id for job in pruned) == sorted(job.id for job in old if job.state in finished)
     assert {job.spool_path for job in pruned} == {job.spool_path for job in old if job.state in finished}
     remaining = {job.id for job in journal.jobs()}

@@ -154,7 +154,7 @@ def test_watchdog_pings_stop_while_the_engine_hangs_and_resume_after(
     thread.start()
     try:
         assert _wait(lambda: len(notify_socket.times("WATCHDOG=1")) >= 2)
-        (tmp_path / "in" / "hang.png").write_bytes(_png("red"))
+        (tmp_path / "in" / "hang.png").write_bytes(_png("blue"))
         assert _wait(lambda: daemon.stats.claimed == 1)
         claimed_at = time.monotonic()
         assert _wait((tmp_path / "failed" / "hang.png.error.json").exists, timeout=30)

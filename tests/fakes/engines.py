@@ -44,22 +44,23 @@ class FixedTextEngine:
         pass
 
 
-def _is_red(image: np.ndarray) -> bool:
-    """Whether a page is mostly pure red: the trigger of the failing fakes.
+def _is_blue(image: np.ndarray) -> bool:
+    """Whether a page is mostly pure blue: the trigger of the failing fakes.
 
-    Judged on the whole image, not one pixel, so it survives preprocessing (turns, crops, scaling).
+    Judged on the whole image, not one pixel, so it survives preprocessing (turns, crops,
+    scaling); blue, because the seal step lifts red ink off pages before the engine sees them.
     """
     blue, green, red = (float(image[..., channel].mean()) for channel in range(3))
-    return red > 200 and green < 60 and blue < 60
+    return blue > 200 and green < 60 and red < 60
 
 
 class CrashingEngine(FixedTextEngine):
-    """Raises an unexpected exception on mostly red pages."""
+    """Raises an unexpected exception on mostly blue pages."""
 
     name = "fake_crashing"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if _is_red(image):
+        if _is_blue(image):
             raise RuntimeError("native code failed")
         return super().recognize(image)
 
@@ -74,35 +75,35 @@ class OutOfMemoryEngine(FixedTextEngine):
 
 
 class AbortingEngine(FixedTextEngine):
-    """Kills its own process with SIGABRT on red pages, as a segfault in native code would."""
+    """Kills its own process with SIGABRT on blue pages, as a segfault in native code would."""
 
     name = "fake_aborting"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if _is_red(image):
+        if _is_blue(image):
             os.abort()
         return super().recognize(image)
 
 
 class HangingEngine(FixedTextEngine):
-    """Never returns on red pages, as a deadlocked GPU kernel would."""
+    """Never returns on blue pages, as a deadlocked GPU kernel would."""
 
     name = "fake_hanging"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if _is_red(image):
+        if _is_blue(image):
             while True:
                 time.sleep(3600)
         return super().recognize(image)
 
 
 class FlakyOutOfMemoryEngine(FixedTextEngine):
-    """Runs out of memory on red pages (a transient failure the daemon retries)."""
+    """Runs out of memory on blue pages (a transient failure the daemon retries)."""
 
     name = "fake_flaky_oom"
 
     def recognize(self, image: np.ndarray) -> PageText:
-        if _is_red(image):
+        if _is_blue(image):
             raise MemoryError
         return super().recognize(image)
 
@@ -133,3 +134,8 @@ def failing_to_load_engine() -> FixedTextEngine:
     from appliance.errors import ModelError
 
     raise ModelError("model file ppocrv5_det.onnx is missing")
+
+
+def low_confidence_receipt_engine() -> FixedTextEngine:
+    """Reads a receipt total, unsure of every character: what routing sends to review."""
+    return FixedTextEngine("TOTAL 40.17", confidence=0.4)

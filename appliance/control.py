@@ -1,0 +1,219 @@
+"""The thread-safe face of a running daemon that the control API serves: reads and commands.
+
+Reads (status, jobs, events) go straight to the journal, which serialises its own access.
+Commands that change the daemon (pause, drain, reprocess, reload, resolve a review) are queued
+and run on the daemon's own loop, so the loop stays the single owner of its state; the caller
+waits for the result with a deadline.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from appliance.journal import Job, JobState, Transition
+
+if TYPE_CHECKING:
+    from appliance.daemon import Daemon
+
+T = TypeVar("T")
+
+
+class ControlError(Exception):
+    """A request the daemon refuses; `code` maps to a gRPC status code."""
+
+    code = "INTERNAL"
+
+
+class NotFoundError(ControlError):
+    """The job, review or file asked for does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class InvalidArgumentError(ControlError):
+    """The request is malformed (bad id, unknown field or profile)."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class FailedPreconditionError(ControlError):
+    """The request is valid but not now (the job is still running, the original is gone)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class UnavailableError(ControlError):
+    """The daemon could not answer in time."""
+
+    code = "UNAVAILABLE"
+
+
+class DaemonState(StrEnum):
+    """What the daemon is doing with new work."""
+
+    RUNNING = "running"  # claiming files and starting jobs
+    PAUSED = "paused"  # files wait in the hot folders, queued jobs wait; running jobs finish
+    DRAINING = "draining"  # like paused, and the daemon stops once running jobs have finished
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    name: str
+    models: list[dict[str, Any]]  # role, name, file, sha256, provider, fallback_reason
+
+
+@dataclass(frozen=True)
+class Status:
+    version: str
+    uptime_seconds: float
+    state: DaemonState
+    intake_paused_for_disk: bool
+    engines: list[EngineStatus]
+    workers: int
+    workers_busy: int
+    queue: dict[str, int]  # job state -> count
+    pages_per_second: dict[str, float]  # "1m", "5m", "15m"
+    gpu_memory_used_bytes: int | None  # None on the CPU
+    gpu_memory_budget_bytes: int | None
+    recent_errors: list[dict[str, Any]]  # {"at": unix time, "job_id": ..., "message": ...}
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job: Job
+    transitions: list[Transition]
+    route: str | None
+    reasons: list[str]
+    page_timings_ms: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    job: Job
+    folder: str
+    reasons: list[str]
+    fields: dict[str, Any]
+
+
+class Control:
+    """What the API may ask of a running Daemon."""
+
+    def __init__(self, daemon: Daemon, command_timeout: float = 30.0) -> None:
+        self._daemon = daemon
+        self._timeout = command_timeout
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def status(self) -> Status:
+        return self._daemon.snapshot_status()
+
+    def list_jobs(
+        self,
+        state: JobState | None = None,
+        folder: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        """Jobs newest first, filtered by state, hot folder (its configured path) and creation time."""
+        if limit < 1 or limit > 1000 or offset < 0:
+            raise InvalidArgumentError("limit must be 1..1000 and offset >= 0")
+        journal = self._daemon.journal
+        if folder is None and since is None:
+            return journal.jobs(state, limit=limit, offset=offset)
+        matched: list[Job] = []
+        skipped = 0
+        page = 0
+        while len(matched) < limit:
+            batch = journal.jobs(state, limit=500, offset=page * 500)
+            if not batch:
+                break
+            for job in batch:
+                if (folder is None or job.source_folder == folder) and (
+                    since is None or job.created_at >= since
+                ):
+                    if skipped < offset:
+                        skipped += 1
+                    elif len(matched) < limit:
+                        matched.append(job)
+            page += 1
+        return matched
+
+    def get_job(self, job_id: str) -> JobDetail:
+        job = self._daemon.journal.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}; list jobs with `ocr-appliance jobs`")
+        transitions = self._daemon.journal.transitions(job_id)
+        route, reasons, timings = _result_summary(job)
+        return JobDetail(job, transitions, route, reasons, timings)
+
+    def events(self, after_seq: int = 0, wait_seconds: float = 0.0, limit: int = 1000) -> list[Transition]:
+        """Transitions after `after_seq`; waits up to `wait_seconds` for the first one (long poll)."""
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            found = self._daemon.journal.transitions(after_seq=after_seq, limit=limit)
+            if found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.1)
+
+    def list_review(self) -> list[ReviewItem]:
+        return self._daemon.review_items()
+
+    def metrics(self) -> dict[str, float]:
+        return self._daemon.metrics()
+
+    # -- commands (run on the daemon's loop) ----------------------------------------------------
+
+    def pause(self) -> DaemonState:
+        return self._call(self._daemon.pause)
+
+    def resume(self) -> DaemonState:
+        return self._call(self._daemon.resume)
+
+    def drain(self) -> DaemonState:
+        return self._call(self._daemon.drain)
+
+    def reload(self) -> tuple[bool, str]:
+        return self._call(self._daemon.reload_with_message)
+
+    def reprocess(
+        self, job_id: str | None = None, sha256: str | None = None, profile: str | None = None
+    ) -> Job:
+        if (job_id is None) == (sha256 is None):
+            raise InvalidArgumentError("give exactly one of a job id or a sha256")
+        return self._call(lambda: self._daemon.reprocess(job_id=job_id, sha256=sha256, profile=profile))
+
+    def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
+        return self._call(lambda: self._daemon.resolve_review(job_id, fields, text))
+
+    def _call(self, function: Callable[[], T]) -> T:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._daemon.call_soon(function, future)
+        try:
+            return future.result(timeout=self._timeout)
+        except concurrent.futures.TimeoutError:
+            raise UnavailableError(
+                "the daemon did not answer in time; it may be busy starting a worker"
+            ) from None
+
+
+def _result_summary(job: Job) -> tuple[str | None, list[str], list[dict[str, float]]]:
+    """Route, reasons and per-page timings from the job's JSON result, where there is one."""
+    path = job.outputs.get("json")
+    if not path:
+        return (job.state.value if job.state in (JobState.FAILED,) else None), [job.reason or ""], []
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, [], []
+    routing = result.get("routing") or {}
+    timings = [page.get("timings_ms", {}) for page in result.get("pages", [])]
+    return routing.get("route"), list(routing.get("reasons", [])), timings

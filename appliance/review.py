@@ -1,0 +1,124 @@
+"""The review queue on disk: a folder per document, resolved by a corrected JSON, and the site dictionary.
+
+A document routed to people gets `review_dir/<name>.<job>/` with its result files, `reasons.json`
+and one PNG per page. A reviewer (or the control API) resolves it with
+`corrected.json`: `{"fields": {"total": "40.17", ...}, "text": "optional full text"}`. Every
+correction of a field also teaches the site dictionary (raw reading -> corrected value per field),
+which later repairs apply, so a shop name misread the same way every week is fixed once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import cv2
+import jsonschema
+
+from appliance.config import RasterizeConfig
+from appliance.document import Document
+from appliance.outputs.atomic import write_atomic
+from appliance.pipeline.rasterize import Rasterizer
+
+REASONS_FILE = "reasons.json"
+CORRECTED_FILE = "corrected.json"
+SITE_DICTIONARY_RULE = "site.dictionary"
+
+CORRECTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "fields": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 10_000}},
+        "text": {"type": "string", "maxLength": 10_000_000},
+        "reviewer": {"type": "string", "maxLength": 200},
+    },
+}
+
+
+def review_folder(review_dir: Path, relative: str, job_id: str) -> Path:
+    """Folder of one document under review (the job id keeps same-named documents apart)."""
+    path = Path(relative)
+    return review_dir / path.parent / f"{path.name}.{job_id[:8]}"
+
+
+def write_review_extras(
+    folder: Path, document: Document, reasons: list[str], source: Path, job_id: str
+) -> None:
+    """reasons.json and a PNG per page, so a reviewer needs nothing but a file browser."""
+    record = {"job_id": job_id, "source": document.source.to_dict(), "reasons": reasons}
+    write_atomic(folder / REASONS_FILE, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
+    for page in Rasterizer(RasterizeConfig()).pages(source):
+        ok, png = cv2.imencode(".png", page.image)
+        if ok:
+            write_atomic(folder / f"page-{page.index + 1:03d}.png", png.tobytes())
+
+
+def parse_correction(raw: object) -> dict[str, Any]:
+    """Validate a correction; raise ValueError with what is wrong."""
+    try:
+        jsonschema.validate(raw, CORRECTION_SCHEMA)
+    except jsonschema.ValidationError as error:
+        raise ValueError(f"invalid correction: {error.message}") from None
+    assert isinstance(raw, dict)
+    return raw
+
+
+def apply_correction(result: dict[str, Any], fields: dict[str, str], text: str | None) -> dict[str, Any]:
+    """The result JSON with the reviewer's values in place and marked as corrected."""
+    unknown = sorted(set(fields) - set(result.get("fields", {})))
+    if unknown:
+        known = ", ".join(sorted(result.get("fields", {}))) or "none"
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; this document has: {known}")
+    for name, value in fields.items():
+        field = result["fields"][name]
+        field.update({"value": value, "confidence": 1.0, "review": False})
+        field["reasons"] = [*field.get("reasons", []), "corrected by a reviewer"]
+    if text is not None:
+        result["text"] = text
+    routing = result.get("routing") or {"route": "review", "reasons": []}
+    routing["corrected"] = dict(fields)
+    result["routing"] = routing
+    return result
+
+
+class SiteDictionary:
+    """Per-site corrections, field -> raw reading -> corrected value, kept as one JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[str, dict[str, str]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def learn(self, result: dict[str, Any], fields: dict[str, str]) -> None:
+        with self._lock:
+            data = self.load()
+            for name, value in fields.items():
+                raw = result.get("fields", {}).get(name, {}).get("raw")
+                if raw:
+                    data.setdefault(name, {})[_key(raw)] = value
+            write_atomic(self.path, (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode())
+
+
+def _key(raw: str) -> str:
+    return " ".join(raw.split()).upper()
+
+
+def apply_site_dictionary(document: Document, dictionary: dict[str, dict[str, str]]) -> None:
+    """Replace field values that reviewers corrected before, for the same raw reading."""
+    for name, value in document.fields.items():
+        corrected = dictionary.get(name, {}).get(_key(value.raw))
+        if corrected is None or corrected == value.value:
+            continue
+        value.value = corrected
+        value.rules.append(SITE_DICTIONARY_RULE)
+        value.confidence = max(value.confidence, 0.99)
+        value.review = False
+        value.reasons = [*value.reasons, "value from the site dictionary (a reviewer corrected this reading)"]
