@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
         "verify", help="check an audit log's hash chain (exit 7 on any edited, removed or reordered entry)"
     )
     audit_verify.add_argument("file", type=Path)
+
+    from appliance import cli_api
+
+    cli_api.register(commands)  # status, jobs, job, watch, pause... over the control API
     return parser
 
 
@@ -163,7 +167,15 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.
                 model["name"],
                 model["provider"],
             )
-    daemon.run(stop, reload)
+    from appliance.api.server import ApiServer
+    from appliance.control import Control
+
+    api = ApiServer(Control(daemon), config.api)
+    api.start()
+    try:
+        daemon.run(stop, reload)
+    finally:
+        api.stop()
     return ExitCode.OK
 
 
@@ -185,6 +197,7 @@ def _install_signal_handlers(stop: threading.Event, reload: threading.Event) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its ExitCode."""
+    from appliance import cli_api
     from appliance.logging_setup import setup_logging
 
     args = _parser().parse_args(argv)
@@ -193,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     reload = threading.Event()
     _install_signal_handlers(stop, reload)
     try:
+        if args.command in cli_api.COMMANDS:
+            return cli_api.run(args)
         if args.command == "config":
             return _cmd_config_check(args)
         if args.command == "audit":

@@ -78,10 +78,11 @@ class Client:
         except grpc.RpcError as error:
             raise _error(error, self.target) from None
 
-    def watch(self, after_seq: int = 0, job_id: str = "") -> Iterator[pb.JobEvent]:
+    def watch(self, after_seq: int = 0, job_id: str = "", only_new: bool = False) -> Iterator[pb.JobEvent]:
         """Transitions as they happen, without a deadline; resume with the last `seq` seen."""
+        request = pb.WatchEventsRequest(after_seq=after_seq, job_id=job_id, only_new=only_new)
         try:
-            yield from self.stub.WatchEvents(pb.WatchEventsRequest(after_seq=after_seq, job_id=job_id))
+            yield from self.stub.WatchEvents(request)
         except grpc.RpcError as error:
             if isinstance(error, grpc.Call) and error.code() is grpc.StatusCode.CANCELLED:
                 return

@@ -117,7 +117,7 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
                 f"{MAX_WATCHERS} event watchers are connected; close one and retry",
             )
         try:
-            after = request.after_seq
+            after = self._newest_seq() if request.only_new else request.after_seq
             while context.is_active() and not self._stopping.is_set():
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
@@ -129,6 +129,14 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
                         yield convert.event(transition)
         finally:
             self._watchers.release()
+
+    def _newest_seq(self) -> int:
+        # Control has no "newest seq"; paging forward costs one query per 1000 transitions, once
+        # per watcher, and the journal prunes old ones.
+        after = 0
+        while batch := self._control.events(after, limit=1000):
+            after = batch[-1].seq
+        return after
 
     @_mapped
     def Reprocess(self, request: pb.ReprocessRequest, context: grpc.ServicerContext) -> pb.ReprocessResponse:

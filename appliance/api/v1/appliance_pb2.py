@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n appliance/api/v1/appliance.proto\x12\x0c\x61ppliance.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n\x05Model\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x17\n\x0f\x66\x61llback_reason\x18\x06 \x01(\t\";\n\x06\x45ngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x06models\x18\x02 \x03(\x0b\x32\x13.appliance.v1.Model\"V\n\x0bRecentError\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"S\n\x0ePagesPerSecond\x12\x12\n\none_minute\x18\x01 \x01(\x01\x12\x14\n\x0c\x66ive_minutes\x18\x02 \x01(\x01\x12\x17\n\x0f\x66ifteen_minutes\x18\x03 \x01(\x01\"\x12\n\x10GetStatusRequest\"\xa7\x04\n\x11GetStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.appliance.v1.DaemonState\x12\x1e\n\x16intake_paused_for_disk\x18\x04 \x01(\x08\x12%\n\x07\x65ngines\x18\x05 \x03(\x0b\x32\x14.appliance.v1.Engine\x12\x0f\n\x07workers\x18\x06 \x01(\x05\x12\x14\n\x0cworkers_busy\x18\x07 \x01(\x05\x12\x39\n\x05queue\x18\x08 \x03(\x0b\x32*.appliance.v1.GetStatusResponse.QueueEntry\x12\x36\n\x10pages_per_second\x18\t \x01(\x0b\x32\x1c.appliance.v1.PagesPerSecond\x12\"\n\x15gpu_memory_used_bytes\x18\n \x01(\x03H\x00\x88\x01\x01\x12$\n\x17gpu_memory_budget_bytes\x18\x0b \x01(\x03H\x01\x88\x01\x01\x12\x30\n\rrecent_errors\x18\x0c \x03(\x0b\x32\x19.appliance.v1.RecentError\x1a,\n\nQueueEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x18\n\x16_gpu_memory_used_bytesB\x1a\n\x18_gpu_memory_budget_bytes\"\xae\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rsource_folder\x18\x03 \x01(\t\x12\x15\n\rrelative_path\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12%\n\x05state\x18\t \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x0e\n\x06reason\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x07outputs\x18\x0e \x03(\x0b\x32\x1e.appliance.v1.Job.OutputsEntry\x12\x14\n\x0c\x64uplicate_of\x18\x0f \x01(\t\x1a.\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\x0fListJobsRequest\x12%\n\x05state\x18\x01 \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x0e\n\x06\x66older\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.appliance.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x89\x01\n\nPageTiming\x12\x0c\n\x04page\x18\x01 \x01(\x05\x12;\n\ntimings_ms\x18\x02 \x03(\x0b\x32\'.appliance.v1.PageTiming.TimingsMsEntry\x1a\x30\n\x0eTimingsMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xad\x01\n\x0eGetJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\x12+\n\x0btransitions\x18\x02 \x03(\x0b\x32\x16.appliance.v1.JobEvent\x12\r\n\x05route\x18\x03 \x01(\t\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12.\n\x0cpage_timings\x18\x05 \x03(\x0b\x32\x18.appliance.v1.PageTiming\"7\n\x12WatchEventsRequest\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"\xb5\x01\n\x08JobEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12*\n\nfrom_state\x18\x03 \x01(\x0e\x32\x16.appliance.v1.JobState\x12(\n\x08to_state\x18\x04 \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x10ReprocessRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12\x10\n\x06sha256\x18\x02 \x01(\tH\x00\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x04 \x01(\tB\x08\n\x06target\"3\n\x11ReprocessResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\"\x0e\n\x0cPauseRequest\"\x0f\n\rResumeRequest\"\x0e\n\x0c\x44rainRequest\"9\n\rStateResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.appliance.v1.DaemonState\"\x15\n\x13ReloadConfigRequest\"8\n\x14ReloadConfigResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x13\n\x11ListReviewRequest\"v\n\nReviewItem\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\x12\x0e\n\x06\x66older\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\'\n\x06\x66ields\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\x12ListReviewResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.appliance.v1.ReviewItem\"\xb1\x01\n\x14ResolveReviewRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12>\n\x06\x66ields\x18\x02 \x03(\x0b\x32..appliance.v1.ResolveReviewRequest.FieldsEntry\x12\x11\n\x04text\x18\x03 \x01(\tH\x00\x88\x01\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_text\"7\n\x15ResolveReviewResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\"\x13\n\x11GetMetricsRequest\"\x84\x01\n\x12GetMetricsResponse\x12>\n\x07metrics\x18\x01 \x03(\x0b\x32-.appliance.v1.GetMetricsResponse.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\x94\x01\n\x0b\x44\x61\x65monState\x12\x1c\n\x18\x44\x41\x45MON_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44\x41\x45MON_STATE_RUNNING\x10\x01\x12\x17\n\x13\x44\x41\x45MON_STATE_PAUSED\x10\x02\x12\x19\n\x15\x44\x41\x45MON_STATE_DRAINING\x10\x03\x12\x19\n\x15\x44\x41\x45MON_STATE_STOPPING\x10\x04*\x92\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_REVIEW\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x32\x9d\x07\n\tAppliance\x12L\n\tGetStatus\x12\x1e.appliance.v1.GetStatusRequest\x1a\x1f.appliance.v1.GetStatusResponse\x12I\n\x08ListJobs\x12\x1d.appliance.v1.ListJobsRequest\x1a\x1e.appliance.v1.ListJobsResponse\x12\x43\n\x06GetJob\x12\x1b.appliance.v1.GetJobRequest\x1a\x1c.appliance.v1.GetJobResponse\x12I\n\x0bWatchEvents\x12 .appliance.v1.WatchEventsRequest\x1a\x16.appliance.v1.JobEvent0\x01\x12L\n\tReprocess\x12\x1e.appliance.v1.ReprocessRequest\x1a\x1f.appliance.v1.ReprocessResponse\x12@\n\x05Pause\x12\x1a.appliance.v1.PauseRequest\x1a\x1b.appliance.v1.StateResponse\x12\x42\n\x06Resume\x12\x1b.appliance.v1.ResumeRequest\x1a\x1b.appliance.v1.StateResponse\x12@\n\x05\x44rain\x12\x1a.appliance.v1.DrainRequest\x1a\x1b.appliance.v1.StateResponse\x12U\n\x0cReloadConfig\x12!.appliance.v1.ReloadConfigRequest\x1a\".appliance.v1.ReloadConfigResponse\x12O\n\nListReview\x12\x1f.appliance.v1.ListReviewRequest\x1a .appliance.v1.ListReviewResponse\x12X\n\rResolveReview\x12\".appliance.v1.ResolveReviewRequest\x1a#.appliance.v1.ResolveReviewResponse\x12O\n\nGetMetrics\x12\x1f.appliance.v1.GetMetricsRequest\x1a .appliance.v1.GetMetricsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n appliance/api/v1/appliance.proto\x12\x0c\x61ppliance.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n\x05Model\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x17\n\x0f\x66\x61llback_reason\x18\x06 \x01(\t\";\n\x06\x45ngine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x06models\x18\x02 \x03(\x0b\x32\x13.appliance.v1.Model\"V\n\x0bRecentError\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"S\n\x0ePagesPerSecond\x12\x12\n\none_minute\x18\x01 \x01(\x01\x12\x14\n\x0c\x66ive_minutes\x18\x02 \x01(\x01\x12\x17\n\x0f\x66ifteen_minutes\x18\x03 \x01(\x01\"\x12\n\x10GetStatusRequest\"\xa7\x04\n\x11GetStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.appliance.v1.DaemonState\x12\x1e\n\x16intake_paused_for_disk\x18\x04 \x01(\x08\x12%\n\x07\x65ngines\x18\x05 \x03(\x0b\x32\x14.appliance.v1.Engine\x12\x0f\n\x07workers\x18\x06 \x01(\x05\x12\x14\n\x0cworkers_busy\x18\x07 \x01(\x05\x12\x39\n\x05queue\x18\x08 \x03(\x0b\x32*.appliance.v1.GetStatusResponse.QueueEntry\x12\x36\n\x10pages_per_second\x18\t \x01(\x0b\x32\x1c.appliance.v1.PagesPerSecond\x12\"\n\x15gpu_memory_used_bytes\x18\n \x01(\x03H\x00\x88\x01\x01\x12$\n\x17gpu_memory_budget_bytes\x18\x0b \x01(\x03H\x01\x88\x01\x01\x12\x30\n\rrecent_errors\x18\x0c \x03(\x0b\x32\x19.appliance.v1.RecentError\x1a,\n\nQueueEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x18\n\x16_gpu_memory_used_bytesB\x1a\n\x18_gpu_memory_budget_bytes\"\xae\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rsource_folder\x18\x03 \x01(\t\x12\x15\n\rrelative_path\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12%\n\x05state\x18\t \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x0e\n\x06reason\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x07outputs\x18\x0e \x03(\x0b\x32\x1e.appliance.v1.Job.OutputsEntry\x12\x14\n\x0c\x64uplicate_of\x18\x0f \x01(\t\x1a.\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\x0fListJobsRequest\x12%\n\x05state\x18\x01 \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x0e\n\x06\x66older\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.appliance.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x89\x01\n\nPageTiming\x12\x0c\n\x04page\x18\x01 \x01(\x05\x12;\n\ntimings_ms\x18\x02 \x03(\x0b\x32\'.appliance.v1.PageTiming.TimingsMsEntry\x1a\x30\n\x0eTimingsMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xad\x01\n\x0eGetJobResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\x12+\n\x0btransitions\x18\x02 \x03(\x0b\x32\x16.appliance.v1.JobEvent\x12\r\n\x05route\x18\x03 \x01(\t\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12.\n\x0cpage_timings\x18\x05 \x03(\x0b\x32\x18.appliance.v1.PageTiming\"I\n\x12WatchEventsRequest\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x10\n\x08only_new\x18\x03 \x01(\x08\"\xb5\x01\n\x08JobEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12*\n\nfrom_state\x18\x03 \x01(\x0e\x32\x16.appliance.v1.JobState\x12(\n\x08to_state\x18\x04 \x01(\x0e\x32\x16.appliance.v1.JobState\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x10ReprocessRequest\x12\x10\n\x06job_id\x18\x01 \x01(\tH\x00\x12\x10\n\x06sha256\x18\x02 \x01(\tH\x00\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x04 \x01(\tB\x08\n\x06target\"3\n\x11ReprocessResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\"\x0e\n\x0cPauseRequest\"\x0f\n\rResumeRequest\"\x0e\n\x0c\x44rainRequest\"9\n\rStateResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.appliance.v1.DaemonState\"\x15\n\x13ReloadConfigRequest\"8\n\x14ReloadConfigResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x13\n\x11ListReviewRequest\"v\n\nReviewItem\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\x12\x0e\n\x06\x66older\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\'\n\x06\x66ields\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\x12ListReviewResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.appliance.v1.ReviewItem\"\xb1\x01\n\x14ResolveReviewRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12>\n\x06\x66ields\x18\x02 \x03(\x0b\x32..appliance.v1.ResolveReviewRequest.FieldsEntry\x12\x11\n\x04text\x18\x03 \x01(\tH\x00\x88\x01\x01\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x07\n\x05_text\"7\n\x15ResolveReviewResponse\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.appliance.v1.Job\"\x13\n\x11GetMetricsRequest\"\x84\x01\n\x12GetMetricsResponse\x12>\n\x07metrics\x18\x01 \x03(\x0b\x32-.appliance.v1.GetMetricsResponse.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\x94\x01\n\x0b\x44\x61\x65monState\x12\x1c\n\x18\x44\x41\x45MON_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44\x41\x45MON_STATE_RUNNING\x10\x01\x12\x17\n\x13\x44\x41\x45MON_STATE_PAUSED\x10\x02\x12\x19\n\x15\x44\x41\x45MON_STATE_DRAINING\x10\x03\x12\x19\n\x15\x44\x41\x45MON_STATE_STOPPING\x10\x04*\x92\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_REVIEW\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x32\x9d\x07\n\tAppliance\x12L\n\tGetStatus\x12\x1e.appliance.v1.GetStatusRequest\x1a\x1f.appliance.v1.GetStatusResponse\x12I\n\x08ListJobs\x12\x1d.appliance.v1.ListJobsRequest\x1a\x1e.appliance.v1.ListJobsResponse\x12\x43\n\x06GetJob\x12\x1b.appliance.v1.GetJobRequest\x1a\x1c.appliance.v1.GetJobResponse\x12I\n\x0bWatchEvents\x12 .appliance.v1.WatchEventsRequest\x1a\x16.appliance.v1.JobEvent0\x01\x12L\n\tReprocess\x12\x1e.appliance.v1.ReprocessRequest\x1a\x1f.appliance.v1.ReprocessResponse\x12@\n\x05Pause\x12\x1a.appliance.v1.PauseRequest\x1a\x1b.appliance.v1.StateResponse\x12\x42\n\x06Resume\x12\x1b.appliance.v1.ResumeRequest\x1a\x1b.appliance.v1.StateResponse\x12@\n\x05\x44rain\x12\x1a.appliance.v1.DrainRequest\x1a\x1b.appliance.v1.StateResponse\x12U\n\x0cReloadConfig\x12!.appliance.v1.ReloadConfigRequest\x1a\".appliance.v1.ReloadConfigResponse\x12O\n\nListReview\x12\x1f.appliance.v1.ListReviewRequest\x1a .appliance.v1.ListReviewResponse\x12X\n\rResolveReview\x12\".appliance.v1.ResolveReviewRequest\x1a#.appliance.v1.ResolveReviewResponse\x12O\n\nGetMetrics\x12\x1f.appliance.v1.GetMetricsRequest\x1a .appliance.v1.GetMetricsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,10 +43,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOLVEREVIEWREQUEST_FIELDSENTRY']._serialized_options = b'8\001'
   _globals['_GETMETRICSRESPONSE_METRICSENTRY']._loaded_options = None
   _globals['_GETMETRICSRESPONSE_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_DAEMONSTATE']._serialized_start=3228
-  _globals['_DAEMONSTATE']._serialized_end=3376
-  _globals['_JOBSTATE']._serialized_start=3379
-  _globals['_JOBSTATE']._serialized_end=3525
+  _globals['_DAEMONSTATE']._serialized_start=3246
+  _globals['_DAEMONSTATE']._serialized_end=3394
+  _globals['_JOBSTATE']._serialized_start=3397
+  _globals['_JOBSTATE']._serialized_end=3543
   _globals['_MODEL']._serialized_start=113
   _globals['_MODEL']._serialized_end=221
   _globals['_ENGINE']._serialized_start=223
@@ -78,43 +78,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBRESPONSE']._serialized_start=1873
   _globals['_GETJOBRESPONSE']._serialized_end=2046
   _globals['_WATCHEVENTSREQUEST']._serialized_start=2048
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=2103
-  _globals['_JOBEVENT']._serialized_start=2106
-  _globals['_JOBEVENT']._serialized_end=2287
-  _globals['_REPROCESSREQUEST']._serialized_start=2289
-  _globals['_REPROCESSREQUEST']._serialized_end=2386
-  _globals['_REPROCESSRESPONSE']._serialized_start=2388
-  _globals['_REPROCESSRESPONSE']._serialized_end=2439
-  _globals['_PAUSEREQUEST']._serialized_start=2441
-  _globals['_PAUSEREQUEST']._serialized_end=2455
-  _globals['_RESUMEREQUEST']._serialized_start=2457
-  _globals['_RESUMEREQUEST']._serialized_end=2472
-  _globals['_DRAINREQUEST']._serialized_start=2474
-  _globals['_DRAINREQUEST']._serialized_end=2488
-  _globals['_STATERESPONSE']._serialized_start=2490
-  _globals['_STATERESPONSE']._serialized_end=2547
-  _globals['_RELOADCONFIGREQUEST']._serialized_start=2549
-  _globals['_RELOADCONFIGREQUEST']._serialized_end=2570
-  _globals['_RELOADCONFIGRESPONSE']._serialized_start=2572
-  _globals['_RELOADCONFIGRESPONSE']._serialized_end=2628
-  _globals['_LISTREVIEWREQUEST']._serialized_start=2630
-  _globals['_LISTREVIEWREQUEST']._serialized_end=2649
-  _globals['_REVIEWITEM']._serialized_start=2651
-  _globals['_REVIEWITEM']._serialized_end=2769
-  _globals['_LISTREVIEWRESPONSE']._serialized_start=2771
-  _globals['_LISTREVIEWRESPONSE']._serialized_end=2832
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=2835
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=3012
-  _globals['_RESOLVEREVIEWREQUEST_FIELDSENTRY']._serialized_start=2958
-  _globals['_RESOLVEREVIEWREQUEST_FIELDSENTRY']._serialized_end=3003
-  _globals['_RESOLVEREVIEWRESPONSE']._serialized_start=3014
-  _globals['_RESOLVEREVIEWRESPONSE']._serialized_end=3069
-  _globals['_GETMETRICSREQUEST']._serialized_start=3071
-  _globals['_GETMETRICSREQUEST']._serialized_end=3090
-  _globals['_GETMETRICSRESPONSE']._serialized_start=3093
-  _globals['_GETMETRICSRESPONSE']._serialized_end=3225
-  _globals['_GETMETRICSRESPONSE_METRICSENTRY']._serialized_start=3179
-  _globals['_GETMETRICSRESPONSE_METRICSENTRY']._serialized_end=3225
-  _globals['_APPLIANCE']._serialized_start=3528
-  _globals['_APPLIANCE']._serialized_end=4453
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2121
+  _globals['_JOBEVENT']._serialized_start=2124
+  _globals['_JOBEVENT']._serialized_end=2305
+  _globals['_REPROCESSREQUEST']._serialized_start=2307
+  _globals['_REPROCESSREQUEST']._serialized_end=2404
+  _globals['_REPROCESSRESPONSE']._serialized_start=2406
+  _globals['_REPROCESSRESPONSE']._serialized_end=2457
+  _globals['_PAUSEREQUEST']._serialized_start=2459
+  _globals['_PAUSEREQUEST']._serialized_end=2473
+  _globals['_RESUMEREQUEST']._serialized_start=2475
+  _globals['_RESUMEREQUEST']._serialized_end=2490
+  _globals['_DRAINREQUEST']._serialized_start=2492
+  _globals['_DRAINREQUEST']._serialized_end=2506
+  _globals['_STATERESPONSE']._serialized_start=2508
+  _globals['_STATERESPONSE']._serialized_end=2565
+  _globals['_RELOADCONFIGREQUEST']._serialized_start=2567
+  _globals['_RELOADCONFIGREQUEST']._serialized_end=2588
+  _globals['_RELOADCONFIGRESPONSE']._serialized_start=2590
+  _globals['_RELOADCONFIGRESPONSE']._serialized_end=2646
+  _globals['_LISTREVIEWREQUEST']._serialized_start=2648
+  _globals['_LISTREVIEWREQUEST']._serialized_end=2667
+  _globals['_REVIEWITEM']._serialized_start=2669
+  _globals['_REVIEWITEM']._serialized_end=2787
+  _globals['_LISTREVIEWRESPONSE']._serialized_start=2789
+  _globals['_LISTREVIEWRESPONSE']._serialized_end=2850
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=2853
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=3030
+  _globals['_RESOLVEREVIEWREQUEST_FIELDSENTRY']._serialized_start=2976
+  _globals['_RESOLVEREVIEWREQUEST_FIELDSENTRY']._serialized_end=3021
+  _globals['_RESOLVEREVIEWRESPONSE']._serialized_start=3032
+  _globals['_RESOLVEREVIEWRESPONSE']._serialized_end=3087
+  _globals['_GETMETRICSREQUEST']._serialized_start=3089
+  _globals['_GETMETRICSREQUEST']._serialized_end=3108
+  _globals['_GETMETRICSRESPONSE']._serialized_start=3111
+  _globals['_GETMETRICSRESPONSE']._serialized_end=3243
+  _globals['_GETMETRICSRESPONSE_METRICSENTRY']._serialized_start=3197
+  _globals['_GETMETRICSRESPONSE_METRICSENTRY']._serialized_end=3243
+  _globals['_APPLIANCE']._serialized_start=3546
+  _globals['_APPLIANCE']._serialized_end=4471
 # @@protoc_insertion_point(module_scope)

@@ -540,19 +540,23 @@ class WatchEventsRequest(_message.Message):
 
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    ONLY_NEW_FIELD_NUMBER: _builtins.int
     after_seq: _builtins.int
     """0: from the oldest transition the journal still holds"""
     job_id: _builtins.str
     """only this job's transitions; empty: all"""
+    only_new: _builtins.bool
+    """skip what already happened: start after the newest transition (ignores after_seq)"""
     def __init__(
         self,
         *,
         after_seq: _builtins.int = ...,
         job_id: _builtins.str = ...,
+        only_new: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "job_id", b"job_id", "only_new", b"only_new"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
