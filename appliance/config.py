@@ -176,7 +176,8 @@ class RoutingConfig(_Strict):
     min_confidence: StrictFloat = Field(default=0.85, ge=0, le=1)
     low_char_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
     max_low_char_share: StrictFloat = Field(default=0.05, ge=0, le=1)
-    review_flagged_fields: StrictBool = True
+    review_failed_checks: StrictBool = True  # a field whose checksum or cross-check failed
+    review_unsure_fields: StrictBool = False  # a field below repair.review_threshold
     review_missing_fields: StrictBool = False  # True for profiles whose documents must carry them
     review_empty: StrictBool = True
     audit_rate: StrictFloat = Field(default=0.05, ge=0, le=1)
@@ -221,8 +222,10 @@ class RepairConfig(_Strict):
     locale: str = Field(default="en-MY", pattern=r"^[a-zA-Z]{2,3}([-_][a-zA-Z0-9]{2,8})*$")
     field_profile: Literal["receipt", "none"] = "receipt"
     review_threshold: StrictFloat = Field(default=0.8, ge=0, le=1)
-    # "product" calibrated best on the SROIE receipts (bench/fields_bench.py: ECE 0.13 vs min 0.18).
-    confidence_aggregate: Literal["min", "mean", "geomean", "product"] = "product"
+    # "min": one unsure character makes an unsure field, whatever the field's length. "product"
+    # calibrated a little better on SROIE (bench/fields_bench.py: ECE 0.13 vs 0.18) but falls with
+    # length, so every address looked unsure and every receipt went to review.
+    confidence_aggregate: Literal["min", "mean", "geomean", "product"] = "min"
 
 
 class ApiConfig(_Strict):

@@ -66,12 +66,16 @@ class DaemonState(StrEnum):
 
 @dataclass(frozen=True)
 class EngineStatus:
+    """One engine and the provider each of its models runs on."""
+
     name: str
     models: list[dict[str, Any]]  # role, name, file, sha256, provider, fallback_reason
 
 
 @dataclass(frozen=True)
 class Status:
+    """Everything `ocr-appliance status` shows."""
+
     version: str
     uptime_seconds: float
     state: DaemonState
@@ -88,6 +92,8 @@ class Status:
 
 @dataclass(frozen=True)
 class JobDetail:
+    """One job with its history, route and per-page timings."""
+
     job: Job
     transitions: list[Transition]
     route: str | None
@@ -97,6 +103,8 @@ class JobDetail:
 
 @dataclass(frozen=True)
 class ReviewItem:
+    """A document waiting for a person."""
+
     job: Job
     folder: str
     reasons: list[str]

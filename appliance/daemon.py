@@ -176,6 +176,7 @@ class Daemon:
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
         self._next_review_check = 0.0
+        self.last_reload_error = ""
         state_dir = config.paths.state_dir
         self._spool = state_dir / "spool"
         self._journal_path = state_dir / "journal.sqlite3"
@@ -369,6 +370,7 @@ class Daemon:
                 grp.getgrnam(new.outputs.group)
         except (ConfigError, KeyError) as error:
             message = str(error) if isinstance(error, ConfigError) else f"unknown group {new.outputs.group!r}"
+            self.last_reload_error = message
             log.error(
                 "reload failed, keeping the running configuration: %s", message, extra=event("reload_failed")
             )
@@ -1046,7 +1048,7 @@ class Daemon:
 
     def reload_with_message(self) -> tuple[bool, str]:
         ok = self.reload()
-        return ok, "configuration reloaded" if ok else "the new configuration was refused; see the log"
+        return ok, "configuration reloaded" if ok else self.last_reload_error
 
     def reprocess(
         self, job_id: str | None = None, sha256: str | None = None, profile: str | None = None

@@ -59,10 +59,18 @@ def decide(document: Document, config: RoutingConfig) -> Decision:
     if occluded:
         reasons.append(f"{occluded} line(s) lie under a seal or stamp")
     for name, value in document.fields.items():
-        missing = value.value is None and not value.raw
-        if not value.review or (missing and not config.review_missing_fields):
+        if not value.review:
             continue
-        if missing or config.review_flagged_fields:
+        missing = value.value is None and not value.raw
+        unsure = all(reason.startswith("confidence.low") for reason in value.reasons)
+        wanted = (
+            config.review_missing_fields
+            if missing
+            else config.review_unsure_fields
+            if unsure
+            else config.review_failed_checks
+        )
+        if wanted:
             detail = "; ".join(value.reasons) or "flagged"
             reasons.append(f"field {name}: {detail}")
     if reasons:

@@ -70,3 +70,18 @@ def test_audit_sample_is_repeatable_and_near_the_rate() -> None:
     assert sampled == [sha for sha in shas if sampled_for_audit(sha, 0.05)]
     assert not any(sampled_for_audit(sha, 0.0) for sha in shas[:100])
     assert decide(_document([0.99] * 20, sha=sampled[0]), RoutingConfig(audit_rate=0.05)).route == AUDIT
+
+
+def test_unsure_field_goes_to_review_only_when_the_profile_asks() -> None:
+    document = _document([0.99] * 20)
+    document.fields["company"] = FieldValue(
+        raw="ACME", value="ACME", confidence=0.5, review=True, reasons=["confidence.low: 0.5 < 0.8"]
+    )
+    assert decide(document, NO_AUDIT).route == DONE
+    decision = decide(document, RoutingConfig(review_unsure_fields=True, audit_rate=0.0))
+    assert decision.route == REVIEW
+    assert decision.reasons == ["field company: confidence.low: 0.5 < 0.8"]
+    document.fields["company"] = FieldValue(
+        raw="ACME", value="ACME", confidence=0.99, review=True, reasons=["total.items_sum failed"]
+    )
+    assert decide(document, RoutingConfig(review_failed_checks=False, audit_rate=0.0)).route == DONE

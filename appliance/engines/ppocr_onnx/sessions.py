@@ -69,6 +69,9 @@ def create_session(
     provider list of the created session is checked: `cuda` then fails loudly, and `auto` records
     the fallback with its reason so the log and the status API tell the truth.
     """
+    # onnxruntime builds may carry Microsoft's telemetry (1DS); an appliance that must never send
+    # a byte off the box switches it off before the first session, whatever the build.
+    ort.disable_telemetry_events()
     available = ort.get_available_providers()
     if provider == "cuda" and CUDA not in available:
         raise ProviderError(
