@@ -113,7 +113,11 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     config = _load(args.config)
     formats: tuple[OutputFormat, ...] = tuple(args.format) if args.format else config.outputs.formats
     engine = build_engine(config.engine)
-    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
+    # One-shot reads use the default profile's preprocessing and the configured repair rules, like
+    # the daemon, so the same file gives the same result either way (routing is the daemon's).
+    processor = DocumentProcessor(
+        engine, Rasterizer(config.rasterize), config.repair, config.profiles["default"].preprocess
+    )
     failed = 0
     for path in args.files:
         if stop.is_set():
