@@ -172,6 +172,10 @@ class Control:
                 return found
             time.sleep(0.1)
 
+    def latest_seq(self) -> int:
+        """Seq of the newest transition, for watchers that want only what happens from now on."""
+        return self._daemon.journal.latest_seq()
+
     def list_review(self) -> list[ReviewItem]:
         return self._daemon.review_items()
 

@@ -483,6 +483,12 @@ class Journal:
                 raise InvalidTransition(job_id, job.state, JobState.QUEUED)
             return self._move(conn, job, JobState.QUEUED, reason, at, attempts=max(0, job.attempts - 1))
 
+    def latest_seq(self) -> int:
+        """The newest transition's seq (0 when there is none): where a watcher of new events starts."""
+        with self._read() as conn:
+            (seq,) = conn.execute("SELECT coalesce(max(seq), 0) FROM transitions").fetchone()
+        return int(seq)
+
     def find_by_spool_path(self, spool_path: str) -> Job | None:
         """The job that owns a spooled file, if any (start-up uses it to tell orphans from known files)."""
         with self._read() as conn:

@@ -661,3 +661,18 @@ def test_find_by_spool_path(tmp_path: Path) -> None:
         found = journal.find_by_spool_path("/s/y.png")
         assert found is not None and found.id == job.id
         assert journal.find_by_spool_path("/s/other.png") is None
+
+
+def test_latest_seq_follows_transitions(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite3") as journal:
+        assert journal.latest_seq() == 0
+        journal.add(
+            sha256="c" * 64,
+            source_folder="/in",
+            relative_path="z.png",
+            name="z.png",
+            size=1,
+            spool_path="/s/z",
+        )
+        journal.start_next()
+        assert journal.latest_seq() == journal.transitions()[-1].seq == 2

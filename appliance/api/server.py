@@ -131,12 +131,7 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
             self._watchers.release()
 
     def _newest_seq(self) -> int:
-        # Control has no "newest seq"; paging forward costs one query per 1000 transitions, once
-        # per watcher, and the journal prunes old ones.
-        after = 0
-        while batch := self._control.events(after, limit=1000):
-            after = batch[-1].seq
-        return after
+        return self._control.latest_seq()
 
     @_mapped
     def Reprocess(self, request: pb.ReprocessRequest, context: grpc.ServicerContext) -> pb.ReprocessResponse:
