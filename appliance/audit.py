@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.document import Document
+from appliance.hashing import sha256_file
+from appliance.outputs.atomic import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +129,7 @@ class AuditLog:
             finally:
                 os.close(fd)  # closing releases the flock
             if created:
-                _fsync_directory(self.path.parent)
+                fsync_directory(self.path.parent)
         log.info(
             "audit entry %d for %s: %s", entry["seq"], record.get("document", {}).get("name"), entry["hash"]
         )
@@ -162,14 +164,6 @@ class AuditLog:
         if entry_hash(entry) != stored:
             raise AuditError(f"{self.path}: the last entry does not match its hash; run audit verify")
         return seq, stored
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
@@ -236,11 +230,7 @@ def verify(path: Path) -> VerifyResult:
 
 
 def _file_digest(path: Path) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return {"path": str(path), "sha256": digest.hexdigest(), "size": path.stat().st_size}
+    return {"path": str(path), "sha256": sha256_file(path), "size": path.stat().st_size}
 
 
 def document_record(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from appliance.errors import ModelError
+from appliance.hashing import sha256_file
+
+__all__ = ["Manifest", "ModelEntry", "builtin_manifest_path", "load_manifest", "sha256_file", "verify_models"]
 
 _REQUIRED_ENTRY_KEYS = ("role", "name", "file", "sha256", "licence", "source_package")
 
@@ -68,15 +70,6 @@ def load_manifest(path: Path) -> Manifest:
             raise ModelError(f"model manifest {path}: models[{index}].precision must be a string")
         entries.append(ModelEntry(**{key: item[key] for key in _REQUIRED_ENTRY_KEYS}, precision=precision))
     return Manifest(name=str(raw.get("name", path.stem)), models=tuple(entries), source=str(path))
-
-
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks so large models do not sit in memory twice."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def verify_models(

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.hashing import sha256_file
 from appliance.outputs.atomic import fsync_directory, write_atomic
 
 CLAIM_RECORD = "claim.json"
@@ -35,14 +36,6 @@ class Claimed:
 
 class ClaimChangedError(Exception):
     """The file changed while it was being copied off another filesystem; it stays in the inbox."""
-
-
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _copy_and_hash(source: Path, target: Path) -> str:
@@ -74,10 +67,10 @@ def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
         path.rename(target)
         fsync_directory(job_dir)
         fsync_directory(path.parent)
-        digest = _hash(target)
+        digest = sha256_file(target)
     else:
         digest = _copy_and_hash(path, target)
-        if _hash(path) != digest:
+        if sha256_file(path) != digest:
             shutil.rmtree(job_dir)
             raise ClaimChangedError(f"{relative} changed while it was copied into the spool")
         path.unlink()
@@ -107,7 +100,11 @@ def orphaned_claims(spool_dir: Path, known_spool_paths: set[str]) -> list[Claime
             continue
         orphans.append(
             Claimed(
-                target, _hash(target), target.stat().st_size, record["source_folder"], record["relative_path"]
+                target,
+                sha256_file(target),
+                target.stat().st_size,
+                record["source_folder"],
+                record["relative_path"],
             )
         )
     return orphans

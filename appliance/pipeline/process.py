@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -14,19 +13,12 @@ from appliance.config import PreprocessConfig, RepairConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason
+from appliance.hashing import sha256_file
 from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
 from appliance.repair.step import repair_document
 
 log = logging.getLogger(__name__)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class DocumentProcessor:
@@ -64,7 +56,7 @@ class DocumentProcessor:
         try:
             size = self._rasterizer.check_size(path)
             media_type = sniff_media_type(path)
-            digest = sha256_of(path)
+            digest = sha256_file(path)
         except OSError as error:
             raise DocumentError(
                 FailureReason.CORRUPT, f"{path.name} cannot be read: {error.strerror}"
