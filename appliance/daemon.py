@@ -143,7 +143,6 @@ class DaemonStats:
     audited: int = 0
     worker_restarts: int = 0
     intake_paused: bool = False
-    last_progress: float = field(default_factory=time.monotonic)
 
 
 class Daemon:
@@ -653,15 +652,15 @@ class Daemon:
 
     def _reconcile_spool(self) -> None:
         """Queue claimed files the journal never heard of; finish archiving finished jobs' files."""
+        known: set[str] = set()
         for job_dir in sorted(self._spool.iterdir()) if self._spool.is_dir() else []:
-            files = [path for path in job_dir.iterdir() if path.name != "claim.json"]
-            job = next(
-                (found for path in files if (found := self.journal.find_by_spool_path(str(path)))), None
-            )
-            if job is not None and job.state in (JobState.DONE, JobState.REVIEW, JobState.FAILED):
-                self._settle_finished(job)
-        known = {str(path) for job_dir in self._spool.iterdir() for path in job_dir.iterdir()}
-        known = {path for path in known if self.journal.find_by_spool_path(path) is not None}
+            for path in job_dir.iterdir():
+                job = self.journal.find_by_spool_path(str(path))
+                if job is None:
+                    continue
+                known.add(str(path))
+                if job.state in (JobState.DONE, JobState.FAILED):
+                    self._settle_finished(job)  # a crash came between the journal and the archive
         for orphan in orphaned_claims(self._spool, known):
             folder = self._folder_by_source.get(orphan.source_folder)
             if folder is None:
@@ -781,7 +780,6 @@ class Daemon:
                 worker.start()
 
     def _finish(self, job: Job, outcome: JobOutcome) -> None:
-        self.stats.last_progress = time.monotonic()
         self._next_status = 0.0  # the status line changed: send it with the next heartbeat
         if outcome.interrupted:
             self.journal.release(job.id, outcome.message)
@@ -863,9 +861,7 @@ class Daemon:
             recorded = job.outputs.get("original")
             target = Path(recorded) if recorded else self._archive_target(job)
             if target is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(spool_file), _unique_path(target) if target.exists() else target)
-                fsync_directory(target.parent)
+                _move_file(spool_file, target)
         shutil.rmtree(spool_file.parent, ignore_errors=True)
 
     def _archive_target(self, job: Job) -> Path | None:
