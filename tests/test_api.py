@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import io
 import os
 import shutil
 import socket
@@ -27,7 +26,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from appliance.api.client import ApiError, Client
 from appliance.api.server import ApiServer, bind_unix_socket
@@ -45,23 +43,9 @@ from appliance.control import Control
 from appliance.daemon import Daemon
 from appliance.errors import ConfigError
 from tests.fakes import engines as fakes
+from tests.polling import png_bytes, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _png(colour: str = "white") -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (320, 200), colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.fixture
@@ -114,7 +98,7 @@ class Appliance:
 
     def drop(self, name: str, data: bytes | None = None) -> None:
         staged = self.inbox.parent / f".{name}"
-        staged.write_bytes(data if data is not None else _png())
+        staged.write_bytes(data if data is not None else png_bytes())
         staged.rename(self.inbox / name)
 
 
@@ -142,7 +126,7 @@ def test_status_jobs_and_job_over_the_socket(appliance: Appliance) -> None:
         assert status.state == pb.DAEMON_STATE_RUNNING
         assert [engine.name for engine in status.engines] == ["fake_fixed"]
         appliance.drop("a.png")
-        assert _wait(_done(client, 1))
+        assert wait_for(_done(client, 1))
         jobs = client.list_jobs(pb.ListJobsRequest()).jobs
         assert [job.name for job in jobs] == ["a.png"]
         assert jobs[0].state == pb.JOB_STATE_DONE
@@ -165,8 +149,8 @@ def test_status_jobs_and_job_over_the_socket(appliance: Appliance) -> None:
 def test_paging_and_folder_filter(appliance: Appliance) -> None:
     with appliance.client() as client:
         for index in range(3):
-            appliance.drop(f"p{index}.png", _png(["white", "gray", "black"][index]))
-        assert _wait(_done(client, 3))
+            appliance.drop(f"p{index}.png", png_bytes(["white", "gray", "black"][index]))
+        assert wait_for(_done(client, 3))
         first = client.list_jobs(pb.ListJobsRequest(page_size=2))
         assert len(first.jobs) == 2 and first.next_page_token
         second = client.list_jobs(pb.ListJobsRequest(page_size=2, page_token=first.next_page_token))
@@ -209,17 +193,17 @@ def test_pause_holds_new_work_and_resume_releases_it(appliance: Appliance) -> No
         time.sleep(1.0)
         assert client.status().queue.get("done", 0) == 0
         assert client.resume().state == pb.DAEMON_STATE_RUNNING
-        assert _wait(_done(client, 1))
+        assert wait_for(_done(client, 1))
 
 
 def test_reprocess_by_job_id_and_sha256(appliance: Appliance) -> None:
     with appliance.client() as client:
         appliance.drop("r.png")
-        assert _wait(_done(client, 1))
+        assert wait_for(_done(client, 1))
         original = client.list_jobs(pb.ListJobsRequest()).jobs[0]
         again = client.reprocess(pb.ReprocessRequest(job_id=original.id)).job
         assert again.id != original.id and again.sha256 == original.sha256
-        assert _wait(_done(client, 2))
+        assert wait_for(_done(client, 2))
         by_hash = client.reprocess(pb.ReprocessRequest(sha256=original.sha256.upper())).job
         assert by_hash.sha256 == original.sha256
         for request, code in [
@@ -243,7 +227,7 @@ def test_reload_with_a_broken_config_keeps_the_running_one(appliance: Appliance)
         assert "running configuration is kept" in refused.value.message
         assert client.status().state == pb.DAEMON_STATE_RUNNING
         appliance.drop("after.png")
-        assert _wait(_done(client, 1))
+        assert wait_for(_done(client, 1))
     cli = subprocess.run(
         [sys.executable, "-m", "appliance", "reload", "--socket", str(appliance.socket)],
         capture_output=True,
@@ -267,7 +251,7 @@ def test_drain_finishes_and_stops_the_daemon(appliance: Appliance) -> None:
 def test_watch_streams_transitions_and_resumes_after_a_sequence_number(appliance: Appliance) -> None:
     with appliance.client() as client:
         appliance.drop("w.png")
-        assert _wait(_done(client, 1))
+        assert wait_for(_done(client, 1))
         call = client.stub.WatchEvents(pb.WatchEventsRequest(after_seq=0))
         first = next(call)
         second = next(call)
@@ -278,9 +262,9 @@ def test_watch_streams_transitions_and_resumes_after_a_sequence_number(appliance
         resumed.cancel()
         # Both streams' server threads notice the disconnect within one poll and free their slot.
         rpc_server = appliance.api._server
-        assert _wait(lambda: rpc_server._active == 0, timeout=5)
+        assert wait_for(lambda: rpc_server._active == 0, timeout=5)
         live = client.stub.WatchEvents(pb.WatchEventsRequest(only_new=True), timeout=10)
-        appliance.drop("later.png", _png("gray"))
+        appliance.drop("later.png", png_bytes("gray"))
         event = next(live)
         assert event.seq > second.seq and event.from_state == pb.JOB_STATE_UNSPECIFIED
         live.cancel()
@@ -302,7 +286,7 @@ def test_200_concurrent_status_calls_while_documents_are_read(appliance: Applian
     colours = ["white", "gray", "black", "red", "blue", "green", "yellow", "cyan"]
     with appliance.client() as client:
         for index, colour in enumerate(colours):
-            appliance.drop(f"load{index}.png", _png(colour))
+            appliance.drop(f"load{index}.png", png_bytes(colour))
 
         def one(_: int) -> float:
             started = time.perf_counter()
@@ -313,7 +297,7 @@ def test_200_concurrent_status_calls_while_documents_are_read(appliance: Applian
             latencies = sorted(pool.map(one, range(200)))
         assert len(latencies) == 200
         assert latencies[int(0.99 * 200) - 1] < 5.0
-        assert _wait(_finished(client, len(colours)), timeout=60)
+        assert wait_for(_finished(client, len(colours)), timeout=60)
 
 
 # -- the socket ---------------------------------------------------------------------------------

@@ -9,9 +9,8 @@ from __future__ import annotations
 import io
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,27 +25,7 @@ from appliance.intake.claim import claim
 from appliance.journal import JobState, Journal
 from appliance.workers import EngineFactory
 from tests.fakes import engines as fakes
-
-
-def _png_bytes(colour: str = "white", size: tuple[int, int] = (320, 200)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _jpeg_bytes(colour: str = "white", size: tuple[int, int] = (320, 200)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, colour).save(buffer, format="JPEG")
-    return buffer.getvalue()
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from tests.polling import DaemonThread, jpeg_bytes, png_bytes, wait_for
 
 
 class Folders(NamedTuple):
@@ -71,35 +50,18 @@ def _config(
     )
 
 
-class Running:
-    """A daemon on its own thread."""
+class Running(DaemonThread):
+    """A daemon on its own thread, with its folders at hand."""
 
     def __init__(self, config: AppConfig, factory: EngineFactory = fakes.fixed_text_engine) -> None:
-        self.config = config
+        super().__init__(config, factory)
         folder = config.hot_folders[0]
         self.folders = Folders(
             folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir, config.paths.state_dir
         )
-        self.daemon = Daemon(config, factory)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.daemon.run, args=(self.stop,))
-
-    def __enter__(self) -> Running:
-        self.daemon.start()
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-        assert not self.thread.is_alive()
 
     def archived(self, name: str) -> list[Path]:
         return list(self.folders.archive.glob(f"*/*/{name}"))
-
-    def journal_jobs(self) -> list[Any]:
-        with Journal(self.folders.state / "journal.sqlite3") as journal:
-            return journal.jobs(limit=100_000)
 
 
 @pytest.fixture
@@ -109,12 +71,12 @@ def running(tmp_path: Path) -> Iterator[Running]:
 
 
 def test_dropped_file_is_read_once_journalled_and_archived(running: Running) -> None:
-    (running.folders.inbox / "scan.png").write_bytes(_png_bytes())
+    (running.folders.inbox / "scan.png").write_bytes(png_bytes())
     result = running.folders.out / "scan.png.json"
-    assert _wait(result.exists)
+    assert wait_for(result.exists)
     assert json.loads(result.read_text(encoding="utf-8"))["text"] == "INVOICE 42"
     assert (running.folders.out / "scan.png.txt").read_text(encoding="utf-8") == "INVOICE 42\n"
-    assert _wait(lambda: len(running.archived("scan.png")) == 1)
+    assert wait_for(lambda: len(running.archived("scan.png")) == 1)
     assert not (running.folders.inbox / "scan.png").exists()
     time.sleep(0.8)  # more ticks: nothing is read twice
     assert running.daemon.stats.done == 1
@@ -132,14 +94,14 @@ def test_dropped_file_is_read_once_journalled_and_archived(running: Running) -> 
 
 def test_subfolders_are_mirrored(running: Running) -> None:
     (running.folders.inbox / "branch-7").mkdir()
-    (running.folders.inbox / "branch-7" / "a.png").write_bytes(_png_bytes())
-    assert _wait((running.folders.out / "branch-7" / "a.png.json").exists)
-    assert _wait(lambda: len(list(running.folders.archive.glob("*/*/branch-7/a.png"))) == 1)
+    (running.folders.inbox / "branch-7" / "a.png").write_bytes(png_bytes())
+    assert wait_for((running.folders.out / "branch-7" / "a.png.json").exists)
+    assert wait_for(lambda: len(list(running.folders.archive.glob("*/*/branch-7/a.png"))) == 1)
 
 
 def test_slow_writer_is_never_read_early(running: Running) -> None:
     """A JPEG written in chunks with pauses shorter than the settle time is read once, whole."""
-    data = _jpeg_bytes(size=(1200, 1200))
+    data = jpeg_bytes(size=(1200, 1200))
     target = running.folders.inbox / "slow.jpg"
     chunk = max(1, len(data) // 10)
     with target.open("wb") as handle:
@@ -147,10 +109,10 @@ def test_slow_writer_is_never_read_early(running: Running) -> None:
             handle.write(data[start : start + chunk])
             handle.flush()
             time.sleep(0.2)
-    assert _wait((running.folders.out / "slow.jpg.json").exists)
+    assert wait_for((running.folders.out / "slow.jpg.json").exists)
     result = json.loads((running.folders.out / "slow.jpg.json").read_text(encoding="utf-8"))
     assert result["source"]["size"] == len(data)
-    assert _wait(lambda: running.daemon.stats.done == 1)
+    assert wait_for(lambda: running.daemon.stats.done == 1)
     assert running.daemon.stats.failed == 0
 
 
@@ -160,42 +122,42 @@ def test_scanner_that_creates_an_empty_file_then_writes(running: Running) -> Non
     time.sleep(1.0)  # well past the settle time: an empty file is never taken
     assert target.exists()
     assert running.daemon.stats.claimed == 0
-    target.write_bytes(_jpeg_bytes())
-    assert _wait((running.folders.out / "scan.jpg.json").exists)
+    target.write_bytes(jpeg_bytes())
+    assert wait_for((running.folders.out / "scan.jpg.json").exists)
 
 
 def test_paused_writer_is_reported_incomplete_then_taken_when_complete(tmp_path: Path) -> None:
     with Running(_config(tmp_path, intake={"incomplete_timeout_seconds": 1.0})) as running:
-        data = _jpeg_bytes()
+        data = jpeg_bytes()
         target = running.folders.inbox / "half.jpg"
         target.write_bytes(data[: len(data) // 2])
         reason_file = running.folders.failed / "half.jpg.error.json"
-        assert _wait(reason_file.exists)
+        assert wait_for(reason_file.exists)
         assert json.loads(reason_file.read_text(encoding="utf-8"))["reason"] == "incomplete"
         assert target.exists(), "an incomplete file stays where its writer may still be writing"
         with target.open("ab") as handle:
             handle.write(data[len(data) // 2 :])
-        assert _wait((running.folders.out / "half.jpg.json").exists)
+        assert wait_for((running.folders.out / "half.jpg.json").exists)
         assert not reason_file.exists()
 
 
 def test_temporary_name_then_rename(running: Running) -> None:
     temporary = running.folders.inbox / "upload.png.tmp"
-    temporary.write_bytes(_png_bytes())
+    temporary.write_bytes(png_bytes())
     time.sleep(0.8)
     assert temporary.exists()
     temporary.rename(running.folders.inbox / "upload.png")
-    assert _wait((running.folders.out / "upload.png.json").exists)
+    assert wait_for((running.folders.out / "upload.png.json").exists)
 
 
 def test_junk_names_are_left_alone(running: Running) -> None:
     junk = (".hidden.png", "~$lock.png", "Thumbs.db", "part.pdf.part", "x.crdownload")
     for name in junk:
-        (running.folders.inbox / name).write_bytes(_png_bytes())
+        (running.folders.inbox / name).write_bytes(png_bytes())
     (running.folders.inbox / "@eaDir").mkdir()
-    (running.folders.inbox / "@eaDir" / "meta.png").write_bytes(_png_bytes())
-    (running.folders.inbox / "real.png").write_bytes(_png_bytes())
-    assert _wait((running.folders.out / "real.png.json").exists)
+    (running.folders.inbox / "@eaDir" / "meta.png").write_bytes(png_bytes())
+    (running.folders.inbox / "real.png").write_bytes(png_bytes())
+    assert wait_for((running.folders.out / "real.png.json").exists)
     time.sleep(0.5)
     for name in junk:
         assert (running.folders.inbox / name).exists()
@@ -210,7 +172,7 @@ def test_symlink_and_fifo_are_refused(
     caplog.set_level(logging.WARNING, logger="appliance.daemon")
     (running.folders.inbox / "passwd.png").symlink_to("/etc/passwd")
     os.mkfifo(running.folders.inbox / "pipe.png")
-    assert _wait(
+    assert wait_for(
         lambda: "symbolic links are not followed" in caplog.text and "not a regular file" in caplog.text
     )
     time.sleep(0.5)
@@ -220,10 +182,10 @@ def test_symlink_and_fifo_are_refused(
 
 def test_file_that_vanishes_before_it_is_claimed(running: Running) -> None:
     target = running.folders.inbox / "gone.png"
-    target.write_bytes(_png_bytes())
+    target.write_bytes(png_bytes())
     target.unlink()
-    (running.folders.inbox / "next.png").write_bytes(_png_bytes())
-    assert _wait((running.folders.out / "next.png.json").exists)
+    (running.folders.inbox / "next.png").write_bytes(png_bytes())
+    assert wait_for((running.folders.out / "next.png.json").exists)
     assert running.daemon.stats.failed == 0
 
 
@@ -232,57 +194,57 @@ def test_unreadable_file_goes_to_failed_and_the_daemon_goes_on(running: Running)
     garbage = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 20 + b"\xff\xd9"
     (running.folders.inbox / "broken.jpg").write_bytes(garbage)
     reason_file = running.folders.failed / "broken.jpg.error.json"
-    assert _wait(reason_file.exists)
+    assert wait_for(reason_file.exists)
     reason = json.loads(reason_file.read_text(encoding="utf-8"))
     assert reason["reason"] == "corrupt"
     assert reason["file"] == "broken.jpg"
     assert reason["attempts"] == 1
     assert (running.folders.failed / "broken.jpg").read_bytes() == garbage
-    (running.folders.inbox / "after.png").write_bytes(_png_bytes())
-    assert _wait((running.folders.out / "after.png.json").exists)
+    (running.folders.inbox / "after.png").write_bytes(png_bytes())
+    assert wait_for((running.folders.out / "after.png.json").exists)
 
 
 def test_engine_exception_fails_only_that_file(tmp_path: Path) -> None:
     with Running(_config(tmp_path), fakes.crashing_engine) as running:
-        (running.folders.inbox / "poison.png").write_bytes(_png_bytes(colour="blue"))
-        assert _wait((running.folders.failed / "poison.png.error.json").exists)
+        (running.folders.inbox / "poison.png").write_bytes(png_bytes(colour="blue"))
+        assert wait_for((running.folders.failed / "poison.png.error.json").exists)
         reason = json.loads((running.folders.failed / "poison.png.error.json").read_text(encoding="utf-8"))
         assert reason["reason"] == "internal"
         assert "native code failed" in reason["message"]
-        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
-        assert _wait((running.folders.out / "fine.png.json").exists)
+        (running.folders.inbox / "fine.png").write_bytes(png_bytes())
+        assert wait_for((running.folders.out / "fine.png.json").exists)
 
 
 def test_worker_that_aborts_is_replaced_and_the_file_failed_as_poison(tmp_path: Path) -> None:
     with Running(_config(tmp_path, jobs={"max_attempts": 2}), fakes.aborting_engine) as running:
-        (running.folders.inbox / "segv.png").write_bytes(_png_bytes(colour="blue"))
+        (running.folders.inbox / "segv.png").write_bytes(png_bytes(colour="blue"))
         reason_file = running.folders.failed / "segv.png.error.json"
-        assert _wait(reason_file.exists, timeout=40)
+        assert wait_for(reason_file.exists, timeout=40)
         reason = json.loads(reason_file.read_text(encoding="utf-8"))
         assert reason["reason"] == "poison"
         assert "SIGABRT" in reason["message"]
         assert reason["attempts"] == 2
-        assert _wait(lambda: running.daemon.stats.worker_restarts == 2)
-        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
-        assert _wait((running.folders.out / "fine.png.json").exists, timeout=40)
+        assert wait_for(lambda: running.daemon.stats.worker_restarts == 2)
+        (running.folders.inbox / "fine.png").write_bytes(png_bytes())
+        assert wait_for((running.folders.out / "fine.png.json").exists, timeout=40)
 
 
 def test_hung_worker_is_killed_after_the_job_timeout(tmp_path: Path) -> None:
     config = _config(tmp_path, jobs={"max_attempts": 1, "timeout_seconds": 1.5})
     with Running(config, fakes.hanging_engine) as running:
-        (running.folders.inbox / "hang.png").write_bytes(_png_bytes(colour="blue"))
+        (running.folders.inbox / "hang.png").write_bytes(png_bytes(colour="blue"))
         reason_file = running.folders.failed / "hang.png.error.json"
-        assert _wait(reason_file.exists, timeout=40)
+        assert wait_for(reason_file.exists, timeout=40)
         assert "timed out after 2 s" in json.loads(reason_file.read_text(encoding="utf-8"))["message"]
-        (running.folders.inbox / "fine.png").write_bytes(_png_bytes())
-        assert _wait((running.folders.out / "fine.png.json").exists, timeout=40)
+        (running.folders.inbox / "fine.png").write_bytes(png_bytes())
+        assert wait_for((running.folders.out / "fine.png.json").exists, timeout=40)
 
 
 def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
     with Running(_config(tmp_path, jobs={"max_attempts": 3}), fakes.flaky_oom_engine) as running:
-        (running.folders.inbox / "big.png").write_bytes(_png_bytes(colour="blue"))
+        (running.folders.inbox / "big.png").write_bytes(png_bytes(colour="blue"))
         reason_file = running.folders.failed / "big.png.error.json"
-        assert _wait(reason_file.exists)
+        assert wait_for(reason_file.exists)
         reason = json.loads(reason_file.read_text(encoding="utf-8"))
         assert reason["reason"] == "gave_up"
         assert reason["attempts"] == 3
@@ -292,25 +254,25 @@ def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
 
 
 def test_duplicate_content_gets_the_earlier_result_without_reading_again(running: Running) -> None:
-    data = _png_bytes()
+    data = png_bytes()
     (running.folders.inbox / "first.png").write_bytes(data)
-    assert _wait((running.folders.out / "first.png.json").exists)
+    assert wait_for((running.folders.out / "first.png.json").exists)
     (running.folders.inbox / "second.png").write_bytes(data)
-    assert _wait((running.folders.out / "second.png.json").exists)
+    assert wait_for((running.folders.out / "second.png.json").exists)
     first, second = sorted(running.daemon.journal.jobs(), key=lambda job: job.created_at)
     assert second.duplicate_of == first.id
     assert second.attempts == 0, "a duplicate is never sent to a worker"
     assert (running.folders.out / "second.png.txt").read_bytes() == (
         running.folders.out / "first.png.txt"
     ).read_bytes()
-    assert _wait(lambda: len(running.archived("second.png")) == 1)
+    assert wait_for(lambda: len(running.archived("second.png")) == 1)
 
 
 def test_same_name_different_content_keeps_both_results(running: Running) -> None:
-    (running.folders.inbox / "scan.png").write_bytes(_png_bytes("white"))
-    assert _wait(lambda: len(running.archived("scan.png")) == 1)
-    (running.folders.inbox / "scan.png").write_bytes(_png_bytes("gray"))
-    assert _wait(lambda: len(running.archived("scan*.png")) == 2)
+    (running.folders.inbox / "scan.png").write_bytes(png_bytes("white"))
+    assert wait_for(lambda: len(running.archived("scan.png")) == 1)
+    (running.folders.inbox / "scan.png").write_bytes(png_bytes("gray"))
+    assert wait_for(lambda: len(running.archived("scan*.png")) == 2)
     assert len(list(running.folders.out.glob("scan.png*.json"))) == 2
 
 
@@ -324,20 +286,20 @@ def test_intake_pauses_when_disk_is_low_and_resumes(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(daemon_module.shutil, "disk_usage", fake_disk_usage)
     with Running(_config(tmp_path, intake={"min_free_mb": 100.0})) as running:
-        (running.folders.inbox / "waiting.png").write_bytes(_png_bytes())
-        assert _wait(lambda: running.daemon.stats.intake_paused)
+        (running.folders.inbox / "waiting.png").write_bytes(png_bytes())
+        assert wait_for(lambda: running.daemon.stats.intake_paused)
         time.sleep(0.8)
         assert (running.folders.inbox / "waiting.png").exists()
         free["bytes"] = 10 * 1024 * 1024 * 1024
-        assert _wait((running.folders.out / "waiting.png.json").exists)
+        assert wait_for((running.folders.out / "waiting.png.json").exists)
         assert not running.daemon.stats.intake_paused
 
 
 def test_files_present_at_start_are_read(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "early.png").write_bytes(_png_bytes())
+    (tmp_path / "in" / "early.png").write_bytes(png_bytes())
     with Running(_config(tmp_path)) as running:
-        assert _wait((running.folders.out / "early.png.json").exists)
+        assert wait_for((running.folders.out / "early.png.json").exists)
 
 
 def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> None:
@@ -346,8 +308,8 @@ def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> Non
     inbox = config.hot_folders[0].path
     inbox.mkdir(parents=True)
     spool = config.paths.state_dir / "spool"
-    (inbox / "was-running.png").write_bytes(_png_bytes())
-    (inbox / "orphan.png").write_bytes(_png_bytes("gray"))
+    (inbox / "was-running.png").write_bytes(png_bytes())
+    (inbox / "orphan.png").write_bytes(png_bytes("gray"))
     running_claim = claim(inbox / "was-running.png", inbox, spool)
     claim(inbox / "orphan.png", inbox, spool)
     with Journal(config.paths.state_dir / "journal.sqlite3") as journal:
@@ -361,11 +323,11 @@ def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> Non
         )
         journal.start_next()
     with Running(config) as running:
-        assert _wait((running.folders.out / "was-running.png.json").exists)
-        assert _wait((running.folders.out / "orphan.png.json").exists)
+        assert wait_for((running.folders.out / "was-running.png.json").exists)
+        assert wait_for((running.folders.out / "orphan.png.json").exists)
         resumed = running.daemon.journal.get(job.id)
         assert resumed is not None
-        assert _wait(lambda: running.daemon.journal.get(job.id).state is JobState.DONE)  # type: ignore[union-attr]
+        assert wait_for(lambda: running.daemon.journal.get(job.id).state is JobState.DONE)  # type: ignore[union-attr]
         assert running.daemon.journal.get(job.id).attempts == 2  # type: ignore[union-attr]
 
 
@@ -380,8 +342,8 @@ def test_thousand_files_at_once_are_each_read_exactly_once(tmp_path: Path) -> No
         names = [f"doc-{index:04d}.png" for index in range(1000)]
         for index, name in enumerate(names):
             # Distinct content, so none is a duplicate of another.
-            (running.folders.inbox / name).write_bytes(_png_bytes(size=(64 + index % 50, 48 + index // 50)))
-        assert _wait(lambda: running.daemon.stats.done == 1000, timeout=240), running.daemon.stats
+            (running.folders.inbox / name).write_bytes(png_bytes(size=(64 + index % 50, 48 + index // 50)))
+        assert wait_for(lambda: running.daemon.stats.done == 1000, timeout=240), running.daemon.stats
         time.sleep(1.0)
         assert running.daemon.stats.done == 1000
         assert sorted(p.name for p in running.folders.out.glob("*.json")) == [f"{n}.json" for n in names]
@@ -405,10 +367,10 @@ def test_unreadable_file_is_logged_and_left_in_place(
     monkeypatch.setattr(daemon_module, "check_complete", check)
     caplog.set_level(logging.ERROR, logger="appliance.daemon")
     with Running(_config(tmp_path)) as running:
-        (running.folders.inbox / "locked.png").write_bytes(_png_bytes())
-        (running.folders.inbox / "open.png").write_bytes(_png_bytes("gray"))
-        assert _wait((running.folders.out / "open.png.json").exists)
-        assert _wait(lambda: "cannot read" in caplog.text and "Permission denied" in caplog.text)
+        (running.folders.inbox / "locked.png").write_bytes(png_bytes())
+        (running.folders.inbox / "open.png").write_bytes(png_bytes("gray"))
+        assert wait_for((running.folders.out / "open.png.json").exists)
+        assert wait_for(lambda: "cannot read" in caplog.text and "Permission denied" in caplog.text)
         assert (running.folders.inbox / "locked.png").exists()
         assert caplog.text.count("cannot read") == 1
 
@@ -431,7 +393,7 @@ def test_slow_writer_at_10_kb_per_second_for_30_seconds(tmp_path: Path) -> None:
                 handle.flush()
                 time.sleep(1.0)
                 assert running.daemon.stats.claimed == 0
-        assert _wait(lambda: running.daemon.stats.done == 1)
+        assert wait_for(lambda: running.daemon.stats.done == 1)
         result = json.loads((running.folders.out / "trickle.jpg.json").read_text(encoding="utf-8"))
         assert result["source"]["size"] == len(data)
         assert running.daemon.stats.failed == 0
@@ -441,8 +403,8 @@ def test_polling_watch_mode_sees_new_files(tmp_path: Path) -> None:
     config = _config(tmp_path, intake={"poll_seconds": 0.3, "rescan_seconds": 3600.0})
     folder = config.hot_folders[0].model_copy(update={"watch": "poll"})
     with Running(config.model_copy(update={"hot_folders": (folder,)})) as running:
-        (running.folders.inbox / "polled.png").write_bytes(_png_bytes())
-        assert _wait((running.folders.out / "polled.png.json").exists)
+        (running.folders.inbox / "polled.png").write_bytes(png_bytes())
+        assert wait_for((running.folders.out / "polled.png.json").exists)
 
 
 def test_each_folder_uses_its_profile(tmp_path: Path) -> None:
@@ -460,10 +422,10 @@ def test_each_folder_uses_its_profile(tmp_path: Path) -> None:
     profiles = {"default": ProfileConfig(), "text-only": ProfileConfig(priority=5, formats=("text",))}
     config = base.model_copy(update={"hot_folders": (first, second), "profiles": profiles})
     with Running(config) as running:
-        (second.path / "note.png").write_bytes(_png_bytes())
-        (first.path / "scan.png").write_bytes(_png_bytes("gray"))
-        assert _wait((second.output_dir / "note.png.txt").exists)
-        assert _wait((first.output_dir / "scan.png.json").exists)
+        (second.path / "note.png").write_bytes(png_bytes())
+        (first.path / "scan.png").write_bytes(png_bytes("gray"))
+        assert wait_for((second.output_dir / "note.png.txt").exists)
+        assert wait_for((first.output_dir / "scan.png.json").exists)
         assert not (second.output_dir / "note.png.json").exists()
         by_name = {job.name: job for job in running.daemon.journal.jobs()}
         assert by_name["note.png"].priority == 5
@@ -483,12 +445,12 @@ def test_output_permissions_and_deleting_originals(tmp_path: Path) -> None:
         update={"outputs": OutputsConfig(mode="0640", group=group)}
     )
     with Running(config) as running:
-        (running.folders.inbox / "scan.png").write_bytes(_png_bytes())
+        (running.folders.inbox / "scan.png").write_bytes(png_bytes())
         result = running.folders.out / "scan.png.json"
-        assert _wait(result.exists)
+        assert wait_for(result.exists)
         assert stat_module.S_IMODE(result.stat().st_mode) == 0o640
         assert result.stat().st_gid == os.getgid()
-        assert _wait(lambda: running.daemon.stats.done == 1)
+        assert wait_for(lambda: running.daemon.stats.done == 1)
         time.sleep(0.3)
         assert list(running.folders.archive.rglob("*.png")) == []
         assert list((running.folders.state / "spool").iterdir()) == []

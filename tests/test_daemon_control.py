@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
 
 from appliance.audit import verify
 from appliance.config import (
@@ -30,25 +27,10 @@ from appliance.control import (
     InvalidArgumentError,
     NotFoundError,
 )
-from appliance.daemon import Daemon
 from appliance.journal import JobState
 from appliance.workers import EngineFactory
 from tests.fakes import engines as fakes
-
-
-def _png(colour: str = "white") -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (240, 160), colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from tests.polling import DaemonThread, png_bytes, wait_for
 
 
 def _config(root: Path, routing: RoutingConfig | None = None) -> AppConfig:
@@ -70,23 +52,13 @@ def _config(root: Path, routing: RoutingConfig | None = None) -> AppConfig:
     )
 
 
-class Running:
+class Running(DaemonThread):
+    """A daemon on its own thread, with the Control the API would use."""
+
     def __init__(self, config: AppConfig, factory: EngineFactory) -> None:
+        super().__init__(config, factory)
         self.root = config.paths.state_dir.parent
-        self.daemon = Daemon(config, factory)
         self.control = Control(self.daemon)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.daemon.run, args=(self.stop,))
-
-    def __enter__(self) -> Running:
-        self.daemon.start()
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture
@@ -97,8 +69,8 @@ def confident(tmp_path: Path) -> Iterator[Running]:
 
 def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: Path) -> None:
     with Running(_config(tmp_path), fakes.low_confidence_receipt_engine) as running:
-        (tmp_path / "in" / "receipt.png").write_bytes(_png())
-        assert _wait(lambda: running.daemon.stats.review == 1)
+        (tmp_path / "in" / "receipt.png").write_bytes(png_bytes())
+        assert wait_for(lambda: running.daemon.stats.review == 1)
         folders = list((tmp_path / "review").iterdir())
         assert len(folders) == 1
         folder = folders[0]
@@ -114,11 +86,11 @@ def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: 
         with pytest.raises(InvalidArgumentError, match="unknown field"):
             running.control.resolve_review(job_id, {"tips": "1.00"})
         (folder / "corrected.json").write_text(json.dumps({"fields": {"total": "40.71"}}), encoding="utf-8")
-        assert _wait((tmp_path / "out" / "receipt.png.json").exists)
+        assert wait_for((tmp_path / "out" / "receipt.png.json").exists)
         result = json.loads((tmp_path / "out" / "receipt.png.json").read_text(encoding="utf-8"))
         assert result["fields"]["total"]["value"] == "40.71"
         assert result["routing"]["corrected"] == {"total": "40.71"}
-        assert _wait(lambda: running.daemon.journal.get(job_id).state is JobState.DONE)  # type: ignore[union-attr]
+        assert wait_for(lambda: running.daemon.journal.get(job_id).state is JobState.DONE)  # type: ignore[union-attr]
         assert not folder.exists()
         assert len(list((tmp_path / "archive").rglob("receipt.png"))) == 1
         with pytest.raises(FailedPreconditionError):
@@ -126,8 +98,8 @@ def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: 
         dictionary = json.loads((tmp_path / "state" / "site_dictionary.json").read_text(encoding="utf-8"))
         assert dictionary["total"] == {"40.17": "40.71"}
         # The next identical reading is repaired from the dictionary.
-        (tmp_path / "in" / "again.png").write_bytes(_png("gray"))
-        assert _wait(lambda: running.daemon.stats.review == 2)
+        (tmp_path / "in" / "again.png").write_bytes(png_bytes("gray"))
+        assert wait_for(lambda: running.daemon.stats.review == 2)
         again = next(item for item in running.control.list_review() if item.job.name == "again.png")
         assert again.fields["total"]["value"] == "40.71"
         assert "site.dictionary" in again.fields["total"]["rules"]
@@ -138,8 +110,8 @@ def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: 
 
 def test_audit_sample_is_copied_and_logged(tmp_path: Path) -> None:
     with Running(_config(tmp_path, RoutingConfig(audit_rate=1.0)), fakes.fixed_text_engine) as running:
-        (tmp_path / "in" / "a.png").write_bytes(_png())
-        assert _wait(lambda: running.daemon.stats.done == 1)
+        (tmp_path / "in" / "a.png").write_bytes(png_bytes())
+        assert wait_for(lambda: running.daemon.stats.done == 1)
         assert (tmp_path / "out" / "a.png.json").exists()
         assert sorted(p.name for p in (tmp_path / "audit").iterdir()) == ["a.png.json", "a.png.txt"]
         job = running.daemon.journal.jobs()[0]
@@ -150,8 +122,8 @@ def test_audit_sample_is_copied_and_logged(tmp_path: Path) -> None:
 
 
 def test_status_metrics_and_job_detail(confident: Running) -> None:
-    (confident.root / "in" / "a.png").write_bytes(_png())
-    assert _wait(lambda: confident.daemon.stats.done == 1)
+    (confident.root / "in" / "a.png").write_bytes(png_bytes())
+    assert wait_for(lambda: confident.daemon.stats.done == 1)
     status = confident.control.status()
     assert status.state is DaemonState.RUNNING
     assert status.queue["done"] == 1
@@ -169,17 +141,17 @@ def test_status_metrics_and_job_detail(confident: Running) -> None:
 
 def test_pause_holds_files_and_resume_reads_them(confident: Running) -> None:
     assert confident.control.pause() is DaemonState.PAUSED
-    (confident.root / "in" / "held.png").write_bytes(_png())
+    (confident.root / "in" / "held.png").write_bytes(png_bytes())
     time.sleep(1.0)
     assert (confident.root / "in" / "held.png").exists()
     assert confident.control.status().state is DaemonState.PAUSED
     assert confident.control.resume() is DaemonState.RUNNING
-    assert _wait((confident.root / "out" / "held.png.json").exists)
+    assert wait_for((confident.root / "out" / "held.png.json").exists)
 
 
 def test_reprocess_reads_the_archived_original_again(confident: Running) -> None:
-    (confident.root / "in" / "a.png").write_bytes(_png())
-    assert _wait(lambda: confident.daemon.stats.done == 1)
+    (confident.root / "in" / "a.png").write_bytes(png_bytes())
+    assert wait_for(lambda: confident.daemon.stats.done == 1)
     first = confident.daemon.journal.jobs()[0]
     with pytest.raises(InvalidArgumentError):
         confident.control.reprocess()
@@ -187,15 +159,15 @@ def test_reprocess_reads_the_archived_original_again(confident: Running) -> None
         confident.control.reprocess(job_id=first.id, profile="nope")
     again = confident.control.reprocess(sha256=first.sha256, profile="other")
     assert again.id != first.id and again.profile == "other" and again.priority == 3
-    assert _wait(lambda: confident.daemon.stats.done == 2)
+    assert wait_for(lambda: confident.daemon.stats.done == 2)
     assert confident.daemon.journal.get(again.id).reason.startswith("read 1 page")  # type: ignore[union-attr]
     with pytest.raises(NotFoundError):
         confident.control.reprocess(job_id="0" * 32)
 
 
 def test_drain_finishes_and_stops(confident: Running) -> None:
-    (confident.root / "in" / "a.png").write_bytes(_png())
-    assert _wait(lambda: confident.daemon.stats.done == 1)
+    (confident.root / "in" / "a.png").write_bytes(png_bytes())
+    assert wait_for(lambda: confident.daemon.stats.done == 1)
     assert confident.control.drain() is DaemonState.DRAINING
     confident.thread.join(timeout=30)
     assert not confident.thread.is_alive(), "a drained daemon with nothing running stops by itself"
@@ -207,8 +179,8 @@ def test_reprocess_of_a_deleted_original_is_refused(tmp_path: Path) -> None:
     config = _config(tmp_path)
     config = config.model_copy(update={"intake": config.intake.model_copy(update={"originals": "delete"})})
     with Running(config, fakes.fixed_text_engine) as running:
-        (tmp_path / "in" / "a.png").write_bytes(_png())
-        assert _wait(lambda: running.daemon.stats.done == 1)
+        (tmp_path / "in" / "a.png").write_bytes(png_bytes())
+        assert wait_for(lambda: running.daemon.stats.done == 1)
         job: Any = running.daemon.journal.jobs()[0]
         with pytest.raises(FailedPreconditionError, match="no longer archived"):
             running.control.reprocess(job_id=job.id)

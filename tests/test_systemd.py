@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import signal
@@ -11,16 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from appliance.config import load_config
 from appliance.daemon import Daemon
 from appliance.systemd import MESSAGE_IDS, Notifier, event, under_journald
 from tests.fakes import engines as fakes
+from tests.polling import png_bytes, wait_for
 
 
 class NotifySocket:
@@ -69,21 +68,6 @@ def notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     receiver.close()
 
 
-def _png(colour: str = "white") -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (200, 120), colour).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def _write_config(root: Path, extra: str = "") -> Path:
     path = root / "config.yaml"
     path.write_text(
@@ -119,14 +103,14 @@ def test_lifecycle_messages_arrive_in_order(tmp_path: Path, notify_socket: Notif
     thread = threading.Thread(target=daemon.run, args=(stop,))
     thread.start()
     try:
-        assert _wait(lambda: "READY" in notify_socket.names())
-        (tmp_path / "in" / "a.png").write_bytes(_png())
-        assert _wait((tmp_path / "out" / "a.png.json").exists)
-        assert _wait(lambda: len(notify_socket.times("WATCHDOG=1")) >= 3)
+        assert wait_for(lambda: "READY" in notify_socket.names())
+        (tmp_path / "in" / "a.png").write_bytes(png_bytes())
+        assert wait_for((tmp_path / "out" / "a.png.json").exists)
+        assert wait_for(lambda: len(notify_socket.times("WATCHDOG=1")) >= 3)
     finally:
         stop.set()
         thread.join(timeout=30)
-    assert _wait(lambda: "STOPPING" in notify_socket.names())
+    assert wait_for(lambda: "STOPPING" in notify_socket.names())
     keys = notify_socket.names()
     assert keys[0] == "EXTEND_TIMEOUT_USEC"  # asked before the models load
     assert (
@@ -153,13 +137,13 @@ def test_watchdog_pings_stop_while_the_engine_hangs_and_resume_after(
     thread = threading.Thread(target=daemon.run, args=(stop,))
     thread.start()
     try:
-        assert _wait(lambda: len(notify_socket.times("WATCHDOG=1")) >= 2)
-        (tmp_path / "in" / "hang.png").write_bytes(_png("blue"))
-        assert _wait(lambda: daemon.stats.claimed == 1)
+        assert wait_for(lambda: len(notify_socket.times("WATCHDOG=1")) >= 2)
+        (tmp_path / "in" / "hang.png").write_bytes(png_bytes("blue"))
+        assert wait_for(lambda: daemon.stats.claimed == 1)
         claimed_at = time.monotonic()
-        assert _wait((tmp_path / "failed" / "hang.png.error.json").exists, timeout=30)
+        assert wait_for((tmp_path / "failed" / "hang.png.error.json").exists, timeout=30)
         failed_at = time.monotonic()
-        assert _wait(lambda: any(at > failed_at for at in notify_socket.times("WATCHDOG=1")))
+        assert wait_for(lambda: any(at > failed_at for at in notify_socket.times("WATCHDOG=1")))
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -179,7 +163,7 @@ def test_reload_applies_a_valid_config_and_keeps_the_running_one_on_error(
     thread.start()
     caplog.set_level(logging.INFO, logger="appliance.daemon")
     try:
-        assert _wait(daemon.ready.is_set)
+        assert wait_for(daemon.ready.is_set)
         config_path.write_text(
             "paths: {state_dir: state}\n"
             "hot_folders:\n"
@@ -189,14 +173,14 @@ def test_reload_applies_a_valid_config_and_keeps_the_running_one_on_error(
             encoding="utf-8",
         )
         reload.set()
-        assert _wait(lambda: "configuration reloaded" in caplog.text)
-        (tmp_path / "in2" / "new.png").write_bytes(_png())
-        assert _wait((tmp_path / "out2" / "new.png.json").exists)
+        assert wait_for(lambda: "configuration reloaded" in caplog.text)
+        (tmp_path / "in2" / "new.png").write_bytes(png_bytes())
+        assert wait_for((tmp_path / "out2" / "new.png.json").exists)
         config_path.write_text("hot_folders: [oops\n", encoding="utf-8")
         reload.set()
-        assert _wait(lambda: "reload failed, keeping the running configuration" in caplog.text)
-        (tmp_path / "in" / "still.png").write_bytes(_png("gray"))
-        assert _wait((tmp_path / "out" / "still.png.json").exists)
+        assert wait_for(lambda: "reload failed, keeping the running configuration" in caplog.text)
+        (tmp_path / "in" / "still.png").write_bytes(png_bytes("gray"))
+        assert wait_for((tmp_path / "out" / "still.png.json").exists)
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -219,10 +203,10 @@ def test_cli_daemon_under_a_notify_socket(tmp_path: Path, notify_socket: NotifyS
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        assert _wait(lambda: "READY" in notify_socket.names(), timeout=90)
+        assert wait_for(lambda: "READY" in notify_socket.names(), timeout=90)
         config_path.write_text("surprise: 1\n", encoding="utf-8")
         process.send_signal(signal.SIGHUP)
-        assert _wait(lambda: notify_socket.names().count("READY") >= 2)
+        assert wait_for(lambda: notify_socket.names().count("READY") >= 2)
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
@@ -252,8 +236,8 @@ def test_job_events_carry_structured_fields(tmp_path: Path) -> None:
         stop = threading.Event()
         thread = threading.Thread(target=daemon.run, args=(stop,))
         thread.start()
-        (tmp_path / "in" / "a.png").write_bytes(_png())
-        assert _wait(lambda: daemon.stats.done == 1)
+        (tmp_path / "in" / "a.png").write_bytes(png_bytes())
+        assert wait_for(lambda: daemon.stats.done == 1)
         stop.set()
         thread.join(timeout=30)
     finally:
