@@ -94,11 +94,6 @@ class HotFolderConfig(_Strict):
     watch: Literal["auto", "inotify", "poll"] = "auto"
     ignore: tuple[str, ...] = ()
 
-    @field_validator("ignore", mode="before")
-    @classmethod
-    def _ignore_list_to_tuple(cls, value: object) -> object:
-        return tuple(value) if isinstance(value, list) else value
-
 
 class IntakeConfig(_Strict):
     """How files are noticed and when they count as complete."""
@@ -122,21 +117,12 @@ class JobsConfig(_Strict):
     retention_days: StrictFloat = Field(default=30.0, gt=0)
 
 
-def _to_tuple(value: object) -> object:
-    return tuple(value) if isinstance(value, list) else value
-
-
 class OutputsConfig(_Strict):
     """Which result files are written per document, and with which permissions."""
 
     formats: tuple[OutputFormat, ...] = ("json", "text")
     mode: str = Field(default="0644", pattern=r"^0?[0-7]{3}$")
     group: str | None = None
-
-    @field_validator("formats", mode="before")
-    @classmethod
-    def _list_to_tuple(cls, value: object) -> object:
-        return _to_tuple(value)
 
 
 class PreprocessConfig(_Strict):
@@ -190,11 +176,6 @@ class ProfileConfig(_Strict):
     formats: tuple[OutputFormat, ...] | None = None  # None: outputs.formats
     preprocess: PreprocessConfig = PreprocessConfig()
     routing: RoutingConfig = RoutingConfig()
-
-    @field_validator("formats", mode="before")
-    @classmethod
-    def _list_to_tuple(cls, value: object) -> object:
-        return _to_tuple(value)
 
 
 class ServiceConfig(_Strict):
@@ -275,11 +256,6 @@ class AppConfig(_Strict):
     repair: RepairConfig = RepairConfig()
     logging: LoggingConfig = LoggingConfig()
     api: ApiConfig = ApiConfig()
-
-    @field_validator("hot_folders", mode="before")
-    @classmethod
-    def _folders_list_to_tuple(cls, value: object) -> object:
-        return _to_tuple(value)
 
     @model_validator(mode="after")
     def _folders_name_known_profiles(self) -> AppConfig:
