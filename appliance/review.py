@@ -89,13 +89,24 @@ class SiteDictionary:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._cached: tuple[tuple[int, int], dict[str, dict[str, str]]] | None = None
 
     def load(self) -> dict[str, dict[str, str]]:
+        """The dictionary, re-read only when the file changed (the daemon asks once per job)."""
+        try:
+            info = self.path.stat()
+        except OSError:
+            return {}
+        version = (info.st_mtime_ns, info.st_size)
+        if self._cached is not None and self._cached[0] == version:
+            return self._cached[1]
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        loaded = data if isinstance(data, dict) else {}
+        self._cached = (version, loaded)
+        return loaded
 
     def learn(self, result: dict[str, Any], fields: dict[str, str]) -> None:
         with self._lock:

@@ -97,5 +97,9 @@ def test_orientation_can_be_switched_off() -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thread_counts_are_configurable(threads: int) -> None:
     engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=threads))
+    # The setting reaches the sessions the engine really runs (not only the config object) ...
+    for reader in (engine._detector, engine._recognizer):
+        assert reader._session.get_session_options().intra_op_num_threads == threads
+    # ... and reading still works with it.
     page = rendering.receipt()
     assert cer(_read(engine, page.bgr()), page.text) <= RECEIPT_CER_BOUND
