@@ -8,12 +8,15 @@ import pytest
 
 from appliance.config import PreprocessConfig
 from appliance.document import Line
-from appliance.engines.base import PageText
+from appliance.engines.base import OrientationEvidence, PageText
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.pipeline.preprocess import preprocess, read_page
 from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotate_quarter
 from appliance.pipeline.preprocess.orientation import read_upright
 from appliance.pipeline.preprocess.transform import PageTransform
+from tests import rendering
 from tests.rendering import LATIN_FONT, render_lines
+from tests.scoring import cer
 
 _TEXT = [
     "Scanners feed pages upside down and a few degrees askew.",
@@ -160,14 +163,14 @@ def test_a_page_reading_upside_down_is_read_again_turned() -> None:
     page = np.full((100, 200, 3), 255, np.uint8)
     page[0, 0] = 0  # the top-left corner is dark: this page is upside down
     engine = _UpsideDownEngine()
-    read, _, turn, decision = read_upright(engine, page, flip_share=0.3)
-    assert decision.flipped and turn is not None and engine.calls == 2
+    read, _, turn, decision = read_upright(engine, page, min_upright=0.25)
+    assert decision.turns == 2 and turn is not None and engine.calls == 2
     assert read.lines[0].confidence == 0.95
 
 
 def test_an_upright_page_is_read_once() -> None:
     engine = _UpsideDownEngine()
-    _, _, turn, decision = read_upright(engine, np.full((100, 200, 3), 255, np.uint8), flip_share=0.3)
+    _, _, turn, decision = read_upright(engine, np.full((100, 200, 3), 255, np.uint8), min_upright=0.25)
     assert not decision.checked and turn is None and engine.calls == 1
 
 
@@ -179,6 +182,82 @@ def test_read_page_maps_boxes_to_the_raster_page_and_flags_lines_under_seals() -
     line = read.blocks[0].lines[0]
     # Read at (10..110, 10..30) on the turned page, which is (89..189, 69..89) on the scan.
     assert line.box == pytest.approx((89.0, 69.0, 189.0, 89.0))
-    assert [step["step"] for step in read.steps][-1] == "flip_180"
+    assert [step["step"] for step in read.steps][-1] == "orientation_check"
     assert read.occlusions and line.occluded
     assert read.warnings
+
+
+class _SidewaysEngine:
+    """Reports its regions vertical unless the page is wider than tall, upright only one way up."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "models": []}
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        self.calls += 1
+        height, width = image.shape[:2]
+        sideways = height > width
+        # The page's dark corner is top-left when upright; the crops of a page turned clockwise
+        # read upright once the engine turns them back counter-clockwise.
+        corner_top_left = bool(image[0, 0, 0] == 0)
+        corner_top_right = bool(image[0, -1, 0] == 0)
+        reads_upright = corner_top_left or (sideways and corner_top_right)
+        evidence = OrientationEvidence(
+            regions=4,
+            length=400.0,
+            upright=360.0 if reads_upright else 0.0,
+            flipped=0.0 if reads_upright else 200.0,
+            vertical=400.0 if sideways else 0.0,
+        )
+        return PageText(lines=[], evidence=evidence)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("turns", "expected"), [(0, 0), (1, 3), (2, 2), (3, 1)])
+def test_the_first_read_decides_the_turn(turns: int, expected: int) -> None:
+    page = np.full((100, 200, 3), 255, np.uint8)
+    page[0, 0] = 0
+    scanned, _ = rotate_quarter(page, turns)
+    engine = _SidewaysEngine()
+    _, image, matrix, decision = read_upright(engine, scanned, min_upright=0.25)
+    assert decision.turns == expected
+    assert image.shape == page.shape and image[0, 0, 0] == 0
+    assert (matrix is None) == (expected == 0)
+    # One read when upright, one more when the first read named the turn right.
+    assert engine.calls == (1 if expected == 0 else 2)
+
+
+def test_a_page_that_reads_badly_every_way_keeps_its_first_read() -> None:
+    class _Unreadable(_SidewaysEngine):
+        def recognize(self, image: np.ndarray) -> PageText:
+            self.calls += 1
+            evidence = OrientationEvidence(regions=3, length=300.0, upright=10.0, flipped=0.0, vertical=0.0)
+            return PageText(lines=[], evidence=evidence)
+
+    engine = _Unreadable()
+    _, _, matrix, decision = read_upright(engine, np.full((100, 200, 3), 255, np.uint8), min_upright=0.25)
+    assert decision.turns == 0 and matrix is None and engine.calls == 2
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+def test_rendered_receipt_turned_comes_back_upright(engine: PpocrOnnxEngine, turns: int) -> None:
+    page = rendering.receipt()
+    upright = read_page(engine, page.bgr(), PreprocessConfig())
+    turned, _ = rotate_quarter(page.bgr(), turns)
+    read = read_page(engine, turned, PreprocessConfig())
+    steps = {step["step"]: step["params"] for step in read.steps}
+    applied = (
+        steps.get("orientation", {}).get("quarter_turns", 0)
+        + steps.get("orientation_check", {}).get("quarter_turns", 0)
+    ) % 4
+    assert (turns + applied) % 4 == 0
+    text = "\n".join(block.text for block in read.blocks)
+    expected = "\n".join(block.text for block in upright.blocks)
+    assert cer(text, expected) <= 0.01

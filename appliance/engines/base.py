@@ -10,6 +10,25 @@ import numpy as np
 from appliance.document import Line
 
 
+@dataclass(frozen=True)
+class OrientationEvidence:
+    """How every detected text region read, kept or dropped, as lengths (pixels along the line).
+
+    The page-level orientation decision needs the regions a line-level filter dropped: an
+    upside-down page keeps only the few lines that happen to read confidently turned, and its
+    kept lines alone look like a good read.
+    """
+
+    regions: int
+    length: float  # all detected regions
+    upright: float  # regions that read confidently as cropped
+    flipped: float  # regions that read better turned 180 degrees
+    vertical: float  # regions running top to bottom (their crops were turned a quarter to read)
+
+    def share(self, part: float) -> float:
+        return part / self.length if self.length else 0.0
+
+
 @dataclass
 class PageText:
     """What an engine read on one page, in the engine's own (not yet layout-sorted) order."""
@@ -17,6 +36,7 @@ class PageText:
     lines: list[Line]
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    evidence: OrientationEvidence | None = None  # None: the engine gives none, lines are used
 
 
 class Engine(Protocol):

@@ -12,7 +12,7 @@ import numpy as np
 
 from appliance.config import PpocrOnnxConfig
 from appliance.document import Line, Word
-from appliance.engines.base import PageText
+from appliance.engines.base import OrientationEvidence, PageText
 from appliance.engines.manifest import (
     Manifest,
     ModelEntry,
@@ -101,6 +101,10 @@ def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> 
         elif start is None:
             start = index
     return words
+
+
+def _confident(read: LineRead) -> bool:
+    return bool(read.text) and read.confidence >= _ORIENTATION_GATE
 
 
 class PpocrOnnxEngine:
@@ -193,7 +197,7 @@ class PpocrOnnxEngine:
 
         started = time.perf_counter()
         # Only lines that did not read confidently upright are checked for orientation.
-        doubtful = [i for i, read in enumerate(reads) if read.confidence < _ORIENTATION_GATE]
+        doubtful = [i for i, read in enumerate(reads) if not _confident(read)]
         flagged: list[int] = []
         if self._orientation is not None and doubtful:
             probabilities = self._orientation.upside_down_probability([crops[i] for i in doubtful])
@@ -230,13 +234,23 @@ class PpocrOnnxEngine:
                     engine=self.name,
                 )
             )
+        lengths = [float(crop.shape[1]) for crop in crops]
+        evidence = OrientationEvidence(
+            regions=len(crops),
+            length=sum(lengths),
+            upright=sum(
+                n for n, read, f in zip(lengths, reads, flipped, strict=True) if not f and _confident(read)
+            ),
+            flipped=sum(n for n, f in zip(lengths, flipped, strict=True) if f),
+            vertical=sum(n for n, (_, turned_90) in zip(lengths, crops_turned, strict=True) if turned_90),
+        )
         warnings = []
         if dropped:
             warnings.append(
                 f"{dropped} detected region(s) read as empty or below confidence "
                 f"{self._config.min_line_confidence} and were left out"
             )
-        return PageText(lines=lines, timings_ms=timings, warnings=warnings)
+        return PageText(lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence)
 
     def close(self) -> None:
         self._sessions.clear()

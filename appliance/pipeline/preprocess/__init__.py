@@ -7,8 +7,9 @@ crop after it cuts straight), then seals (colour must still be there), then the 
 preferred long side. Every geometric step is kept in one PageTransform so the boxes read on the
 processed page are mapped back to the raster page (see transform.py).
 
-The 180-degree decision is not made here: the ink alone cannot tell a page from its upside-down
-image, but the engine's line reads can. `orientation.read_upright` does that after the first read.
+The rest of the orientation decision is not made here: the ink alone cannot tell a page from its
+upside-down image, nor which way a sideways page was turned, but the engine's first read can.
+`orientation.read_upright` does that after the first read.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def _overlaps(box: Box, other: Box) -> bool:
 
 
 def read_page(engine: Engine, image: np.ndarray, config: PreprocessConfig) -> PageRead:
-    """Preprocess, read (turning the page 180 degrees when it reads upside down), order the lines.
+    """Preprocess, read (turning the page again when the read says it is not upright), order the lines.
 
     Reading order is decided on the processed, upright page, where rows and columns are
     horizontal and vertical; only then are the boxes mapped back to the raster page, so a result
@@ -199,15 +200,17 @@ def read_page(engine: Engine, image: np.ndarray, config: PreprocessConfig) -> Pa
     prepared = preprocess(image, config)
     occlusions = [prepared.transform.box_to_original(box) for box in prepared.occlusions]
     if config.orientation:
-        page_text, _, turn, decision = read_upright(engine, prepared.image, config.flip_share)
+        page_text, _, turn, decision = read_upright(engine, prepared.image, config.min_upright_share)
         if decision.checked:
             prepared.steps.append(
                 StepRecord(
-                    "flip_180",
+                    "orientation_check",
                     {
-                        "flipped": decision.flipped,
-                        "flipped_share": round(decision.flipped_share, 3),
-                        "confidence": round(decision.confidence, 3),
+                        "quarter_turns": decision.turns,
+                        "reads": decision.reads,
+                        "upright_share": round(decision.upright_share, 3),
+                        "vertical_share": round(decision.vertical_share, 3),
+                        "chosen_upright_share": round(decision.chosen_upright_share, 3),
                     },
                     decision.ms,
                 )
