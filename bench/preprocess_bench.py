@@ -2,6 +2,7 @@
 
 Usage: python -m bench.preprocess_bench [--limit N] [--workers N] [--threads N] [--json OUT]
                                         [--variants a,b] [--configs a,b] DATASET_DIR [DATASET_DIR ...]
+       python -m bench.preprocess_bench --report OUT [OUT ...]   (tables from earlier --json files)
 
 For every page of each set (read in place, never copied) the benchmark makes variants itself:
 turned 90/180/270 degrees, skewed by +-3 and +-7 degrees (on white), with Gaussian and
@@ -19,8 +20,16 @@ output order and in GT order (the share of line pairs in the wrong order) is giv
 pipeline's order (`layout.order_rows`), for plain top-to-bottom sorting by the line's top, and
 for `group_rows` rows. The same is computed on the GT boxes alone (layout without OCR errors).
 
-Time: the share of each page's time spent in preprocessing (the `preprocess` stage, the 180-degree
-re-read included) out of the whole page.
+Orientation: for the turned copies, on how many pages the turns applied (ink step plus the
+check after the first read) undo the damage exactly, how many engine reads a page took, and what
+the check cost beyond the first read.
+
+Time: the share of each page's time spent in preprocessing (the `preprocess` stage, the extra
+orientation reads included) out of the whole page.
+
+`--json OUT` writes one JSON line per page read as it finishes, so a run stopped at a time limit
+keeps what it did; `--report` prints the tables from one or more such files (runs over parts of
+a set are merged).
 """
 
 from __future__ import annotations
@@ -250,7 +259,8 @@ def _cer(results: list[dict[str, Any]]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.preprocess_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("datasets", nargs="+", type=Path)
+    parser.add_argument("datasets", nargs="*", type=Path)
+    parser.add_argument("--report", nargs="+", type=Path, help="print the tables of earlier --json files")
     parser.add_argument("--limit", type=int, help="first N pages of each set")
     parser.add_argument("--workers", type=int, default=1, help="processes, each with its own engine")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per process (0: all)")
@@ -259,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablation", default=",".join(CONFIGS), help="configs for the upright ablation")
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args(argv)
+    if args.report:
+        report([json.loads(line) for path in args.report for line in path.read_text("utf-8").splitlines()])
+        return 0
+    if not args.datasets:
+        parser.error("give DATASET_DIR... or --report")
 
     jobs: list[Job] = []
     for folder in args.datasets:
@@ -273,9 +288,13 @@ def main(argv: list[str] | None = None) -> int:
                     jobs.append(Job(folder.name, page, case_insensitive, variant, config))
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
+    sink = args.json_out.open("w", encoding="utf-8") if args.json_out else None
     with ProcessPoolExecutor(args.workers, initializer=_init_worker, initargs=(args.threads,)) as pool:
         for result in pool.map(_run, jobs):
             results.append(result)
+            if sink:
+                sink.write(json.dumps(result, ensure_ascii=False) + "\n")
+                sink.flush()
             # Progress on stderr, so a run stopped at a time limit still shows how far it got.
             score = result["score"]
             print(
@@ -284,15 +303,31 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    if sink:
+        sink.close()
     print(f"{len(jobs)} page reads in {time.perf_counter() - started:.0f}s ({os.cpu_count()} cores)")
-    report(results, args.datasets)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+    report(results)
     return 0
 
 
-def report(results: list[dict[str, Any]], datasets: list[Path]) -> None:
-    names = [folder.name for folder in datasets]
+_TURNS = {"rot90": 1, "rot180": 2, "rot270": 3}
+
+
+def _applied_turns(steps: list[dict[str, Any]]) -> int:
+    """Clockwise quarter turns preprocessing applied: the ink step's, then the read check's."""
+    total = 0
+    for step in steps:
+        if step["step"] in ("orientation", "orientation_check"):
+            total += int(step["params"].get("quarter_turns", 0))
+    return total % 4
+
+
+def _check(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return next((step for step in steps if step["step"] == "orientation_check"), {})
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    names = list(dict.fromkeys(r["dataset"] for r in results))
 
     def pick(dataset: str, variant: str, config: str) -> list[dict[str, Any]]:
         return [
@@ -321,6 +356,21 @@ def report(results: list[dict[str, Any]], datasets: list[Path]) -> None:
                 row += f"{_cer(found):>20.2%}" if found else f"{'-':>20}"
         print(row)
 
+    print("\nOrientation (default config): pages turned right, engine reads per page, check cost")
+    for name in names:
+        for variant in ("upright", *_TURNS):
+            rows = pick(name, variant, "default")
+            if not rows:
+                continue
+            right = sum(1 for r in rows if (_applied_turns(r["steps"]) + _TURNS.get(variant, 0)) % 4 == 0)
+            reads = [int(_check(r["steps"]).get("params", {}).get("reads", 1)) for r in rows]
+            check_ms = [float(_check(r["steps"]).get("ms", 0.0)) for r in rows]
+            print(
+                f"{name:<12} {variant:<8} right {right}/{len(rows)}; reads mean "
+                f"{statistics.mean(reads):.2f}, pages read more than once {sum(n > 1 for n in reads)}; "
+                f"check ms median {statistics.median(check_ms):.0f}, mean {statistics.mean(check_ms):.0f}"
+            )
+
     print("\nReading order vs GT order (normalised Kendall tau distance, lower is better)")
     for name in names:
         for config in ("default",):
@@ -342,10 +392,17 @@ def report(results: list[dict[str, Any]], datasets: list[Path]) -> None:
         upright = [
             r["preprocess_ms"] / r["page_ms"] for r in rows if r["page_ms"] and r["variant"] == "upright"
         ]
+        # The image steps alone, without the extra engine reads of the orientation check.
+        image_only = [
+            sum(step["ms"] for step in r["steps"] if step["step"] != "orientation_check") / r["page_ms"]
+            for r in rows
+            if r["page_ms"]
+        ]
         if shares:
             print(
                 f"{name}: upright median {statistics.median(upright):.1%}; all variants median "
-                f"{statistics.median(shares):.1%}, max {max(shares):.1%}"
+                f"{statistics.median(shares):.1%}, max {max(shares):.1%}; image steps alone (no extra "
+                f"reads) median {statistics.median(image_only):.1%}, max {max(image_only):.1%}"
             )
 
 
