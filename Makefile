@@ -23,9 +23,16 @@ DOCDIR ?= $(PREFIX)/share/doc/ocr-appliance
 
 # Build needs of systemd-python; fonts for the pages the tests render (Latin and CJK); systemd's
 # analyzer and strace for the service tests; Tesseract for the benchmark baseline.
-APT_BUILD = libsystemd-dev pkg-config gcc
+APT_BUILD = libsystemd-dev pkg-config gcc g++ cmake
 APT_TEST = fonts-dejavu-core fonts-wqy-microhei systemd strace
 APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
+
+# llama-cpp-python builds llama.cpp from its sdist: with CUDA where the GPU onnxruntime is chosen,
+# without llama.cpp's unused `common` library (a third of the compile), on every core.
+LLAMA_CMAKE_ARGS ?= -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama-skip-common.cmake \
+	$(if $(filter gpu,$(ORT)),-DGGML_CUDA=on)
+export CMAKE_ARGS = $(LLAMA_CMAKE_ARGS)
+export CMAKE_BUILD_PARALLEL_LEVEL = $(shell nproc)
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)

@@ -115,8 +115,9 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     engine = build_engine(config.engine)
     # One-shot reads use the default profile's preprocessing and the configured repair rules, like
     # the daemon, so the same file gives the same result either way (routing is the daemon's).
+    default = config.profiles["default"]
     processor = DocumentProcessor(
-        engine, Rasterizer(config.rasterize), config.repair, config.profiles["default"].preprocess
+        engine, Rasterizer(config.rasterize), config.repair, default.preprocess, default.cascade
     )
     failed = 0
     for path in args.files:

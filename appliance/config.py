@@ -65,11 +65,57 @@ class PpocrOnnxConfig(_Strict):
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
 
 
+VlmFamily = Literal["paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "smolvlm"]
+
+
+class VlmDraftConfig(_Strict):
+    """Speculative decoding: where drafted tokens come from and when drafting stops for a page."""
+
+    # ocr_hint: the text the ONNX engine read on the page; model: the manifest's draft GGUF.
+    source: Literal["ocr_hint", "model", "none"] = "ocr_hint"
+    k: StrictInt = Field(default=4, ge=1, le=64)  # tokens drafted per step at the start of a page
+    k_max: StrictInt = Field(default=16, ge=1, le=64)
+    min_acceptance: StrictFloat = Field(default=0.3, ge=0, le=1)
+    min_drafted: StrictInt = Field(default=32, ge=1)
+
+
+class VlmRepetitionConfig(_Strict):
+    """When a generation counts as a loop: the tail repeats one stretch of tokens back to back."""
+
+    max_period: StrictInt = Field(default=64, ge=1, le=512)
+    min_repeats: StrictInt = Field(default=4, ge=2)
+    min_span: StrictInt = Field(default=96, ge=8)
+
+
+class VlmGgufConfig(_Strict):
+    """A GGUF OCR vision-language model (text model + mmproj [+ draft]) on llama.cpp."""
+
+    model_dir: Path = Path("/var/lib/ocr-appliance/models/vlm")
+    manifest: str = "manifest.json"  # in model_dir; written by `python -m quantize.gguf manifest`
+    family: Literal["auto"] | VlmFamily = "auto"  # auto: the family the manifest names
+    device: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail unless llama.cpp can offload
+    vram_budget_mb: StrictInt = Field(default=8192, ge=512)  # the card's memory this engine may use
+    n_ctx: StrictInt = Field(default=0, ge=0)  # 0: what one page needs (image + prompt + output)
+    n_batch: StrictInt = Field(default=512, ge=32)
+    kv_cache_type: Literal["auto", "f16", "q8_0"] = "auto"  # auto: f16, q8_0 when f16 does not fit
+    flash_attention: StrictBool = True
+    threads: StrictInt = Field(default=0, ge=0)  # 0: one per core
+    image_max_tokens: StrictInt = Field(default=0, ge=0)  # 0: the family's default
+    image_max_side: StrictInt = Field(default=1540, ge=0)  # pages are scaled down to this long side
+    max_tokens_per_page: StrictInt = Field(default=0, ge=0)  # 0: the family's default
+    timeout_seconds_per_page: StrictFloat = Field(default=300.0, ge=0)
+    verify_hashes: StrictBool = True  # sha256 of every file at load (a few seconds per GB)
+    draft: VlmDraftConfig = VlmDraftConfig()
+    repetition: VlmRepetitionConfig = VlmRepetitionConfig()
+
+
 class EngineConfig(_Strict):
     """Which engine reads pages, and the settings of each."""
 
     name: Literal["ppocr_onnx"] = "ppocr_onnx"
     ppocr_onnx: PpocrOnnxConfig = PpocrOnnxConfig()
+    # The second reader of the cascade (profiles.NAME.cascade); None: no VLM installed.
+    vlm_gguf: VlmGgufConfig | None = None
 
 
 class RasterizeConfig(_Strict):
@@ -170,6 +216,16 @@ class RoutingConfig(_Strict):
     audit_rate: StrictFloat = Field(default=0.05, ge=0, le=1)
 
 
+class CascadeConfig(_Strict):
+    """Which pages the VLM (engine.vlm_gguf) reads again after the ONNX engine, and what it may cost."""
+
+    # off: ONNX only; below_threshold: pages whose mean character confidence is below
+    # min_confidence; always: every page. The ONNX text is the VLM's draft in every case.
+    mode: Literal["off", "below_threshold", "always"] = "off"
+    min_confidence: StrictFloat = Field(default=0.9, ge=0, le=1)
+    timeout_seconds: StrictFloat = Field(default=120.0, gt=0)  # then the ONNX read stands
+
+
 class ProfileConfig(_Strict):
     """How documents of one kind are handled: priority, formats, preprocessing and routing."""
 
@@ -177,6 +233,7 @@ class ProfileConfig(_Strict):
     formats: tuple[OutputFormat, ...] | None = None  # None: outputs.formats
     preprocess: PreprocessConfig = PreprocessConfig()
     routing: RoutingConfig = RoutingConfig()
+    cascade: CascadeConfig = CascadeConfig()
 
 
 class ServiceConfig(_Strict):
@@ -267,6 +324,11 @@ class AppConfig(_Strict):
                 known = ", ".join(sorted(self.profiles))
                 raise ValueError(
                     f"hot_folders[{index}].profile {folder.profile!r} is not a profile ({known})"
+                )
+        for name, profile in self.profiles.items():
+            if profile.cascade.mode != "off" and self.engine.vlm_gguf is None:
+                raise ValueError(
+                    f"profiles.{name}.cascade.mode is {profile.cascade.mode!r} but engine.vlm_gguf is not set"
                 )
         return self
 

@@ -105,6 +105,9 @@ class Page:
     # What preprocessing did (step, params, ms) and the seal regions found, in page pixels.
     preprocessing: list[dict[str, Any]] = field(default_factory=list)
     occlusions: list[dict[str, Any]] = field(default_factory=list)
+    # What the engines report for the page (the cascade's route, the VLM's decoding figures).
+    engine_details: dict[str, Any] = field(default_factory=dict)
+    review_reasons: list[str] = field(default_factory=list)  # a person must look, whatever the confidence
 
     @property
     def lines(self) -> list[Line]:
@@ -133,6 +136,8 @@ class Page:
             "warnings": list(self.warnings),
             "preprocessing": list(self.preprocessing),
             "occlusions": list(self.occlusions),
+            "engine_details": dict(self.engine_details),
+            "review_reasons": list(self.review_reasons),
             "blocks": [block.to_dict() for block in self.blocks],
         }
 

@@ -55,6 +55,8 @@ def decide(document: Document, config: RoutingConfig) -> Decision:
                 f"{low:.1%} of characters are below confidence {config.low_char_confidence:g}"
                 f" (limit {config.max_low_char_share:.0%})"
             )
+    for page in document.pages:
+        reasons.extend(f"page {page.index + 1}: {reason}" for reason in page.review_reasons)
     occluded = sum(1 for page in document.pages for line in page.lines if line.occluded)
     if occluded:
         reasons.append(f"{occluded} line(s) lie under a seal or stamp")

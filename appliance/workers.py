@@ -89,7 +89,9 @@ def _read_one(
     connection: Connection,
 ) -> JobOutcome:
     started = time.monotonic()
-    processor = DocumentProcessor(engine, Rasterizer(rasterize), request.repair, request.profile.preprocess)
+    processor = DocumentProcessor(
+        engine, Rasterizer(rasterize), request.repair, request.profile.preprocess, request.profile.cascade
+    )
     decision = Decision(DONE)
     try:
         document = processor.process(

@@ -36,6 +36,10 @@ class PageText:
     lines: list[Line]
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Per-engine figures for the page (e.g. the VLM's decoding: acceptance rate, tokens/s).
+    details: dict[str, Any] = field(default_factory=dict)
+    # Why a person must look at this page whatever its confidences (e.g. a generation cut short).
+    review_reasons: list[str] = field(default_factory=list)
     evidence: OrientationEvidence | None = None  # None: the engine gives none, lines are used
 
 

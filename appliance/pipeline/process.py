@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import __version__
-from appliance.config import PreprocessConfig, RepairConfig
+from appliance.config import CascadeConfig, PreprocessConfig, RepairConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
+from appliance.engines.factory import vlm_of
 from appliance.errors import DocumentError, FailureReason
 from appliance.hashing import sha256_file
+from appliance.pipeline.cascade import Cascade
 from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
 from appliance.repair.step import repair_document
@@ -30,8 +32,15 @@ class DocumentProcessor:
         rasterizer: Rasterizer,
         repair: RepairConfig | None = None,
         preprocess: PreprocessConfig | None = None,
+        cascade: CascadeConfig | None = None,
     ) -> None:
         self._engine = engine
+        vlm = vlm_of(engine)
+        # The profile's cascade, when it has one and a VLM is installed (the config refuses a
+        # cascade without engine.vlm_gguf; a processor built by hand may still pair them wrongly).
+        self._cascade = (
+            Cascade(vlm, cascade) if vlm is not None and cascade and cascade.mode != "off" else None
+        )
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()
         self._preprocess = preprocess or PreprocessConfig()
@@ -77,7 +86,12 @@ class DocumentProcessor:
                 raise InterruptedError(f"stopped while reading {path.name}")
             try:
                 # Preprocessing, the engine and reading order; boxes come back in raster pixels.
-                page_read = read_page(self._engine, raster.image, self._preprocess)
+                page_read = read_page(
+                    self._engine,
+                    raster.image,
+                    self._preprocess,
+                    refine=self._cascade.refine if self._cascade else None,
+                )
             except DocumentError:
                 raise
             except MemoryError:
@@ -102,6 +116,8 @@ class DocumentProcessor:
                     text_layer_chars=raster.text_layer_chars,
                     preprocessing=page_read.steps,
                     occlusions=page_read.occlusions,
+                    engine_details=page_text.details,
+                    review_reasons=page_text.review_reasons,
                 )
             )
             log.debug("%s page %d: %d lines", path.name, raster.index + 1, len(page_text.lines))

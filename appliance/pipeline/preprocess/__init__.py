@@ -15,6 +15,7 @@ upside-down image, nor which way a sideways page was turned, but the engine's fi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,17 +191,26 @@ def _overlaps(box: Box, other: Box) -> bool:
     return min(box[2], other[2]) > max(box[0], other[0]) and min(box[3], other[3]) > max(box[1], other[1])
 
 
-def read_page(engine: Engine, image: np.ndarray, config: PreprocessConfig) -> PageRead:
+def read_page(
+    engine: Engine,
+    image: np.ndarray,
+    config: PreprocessConfig,
+    refine: Callable[[np.ndarray, PageText], PageText] | None = None,
+) -> PageRead:
     """Preprocess, read (turning the page again when the read says it is not upright), order the lines.
 
     Reading order is decided on the processed, upright page, where rows and columns are
     horizontal and vertical; only then are the boxes mapped back to the raster page, so a result
     of a turned scan still lays its text over the page image as it was scanned.
+    `refine` (the engine cascade) reads the upright page again once orientation is settled, so a
+    costly second reader runs once per page, never once per orientation tried.
     """
     prepared = preprocess(image, config)
     occlusions = [prepared.transform.box_to_original(box) for box in prepared.occlusions]
     if config.orientation:
-        page_text, _, turn, decision = read_upright(engine, prepared.image, config.min_upright_share)
+        page_text, upright_image, turn, decision = read_upright(
+            engine, prepared.image, config.min_upright_share
+        )
         if decision.checked:
             prepared.steps.append(
                 StepRecord(
@@ -219,6 +229,9 @@ def read_page(engine: Engine, image: np.ndarray, config: PreprocessConfig) -> Pa
             prepared.transform.then(turn)
     else:
         page_text = engine.recognize(prepared.image)
+        upright_image = prepared.image
+    if refine is not None:
+        page_text = refine(upright_image, page_text)
     layout_started = time.perf_counter()
     blocks = order_page(page_text.lines)
     layout_ms = (time.perf_counter() - layout_started) * 1000

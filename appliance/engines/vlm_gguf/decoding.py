@@ -1,0 +1,204 @@
+"""Greedy decoding that verifies drafted tokens in one batch and keeps what the model itself would write.
+
+The loop is ours rather than `Llama.generate(draft_model=...)`: that path sizes its score buffer
+from `logits_all`, so it needs n_ctx x n_vocab floats of host memory (2.5 GB at 4k context with a
+151k vocabulary) and fails once a prompt passes n_batch without it. Here logits are asked for only
+at the positions being verified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from appliance.engines.vlm_gguf.drafts import DraftSource
+from appliance.engines.vlm_gguf.loop_guard import LoopGuard
+
+
+class Target(Protocol):
+    """The model being decoded, past its prompt: it appends tokens and forgets the newest ones."""
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray:
+        """Feed tokens; return one row of logits per token (shape len(tokens) x n_vocab)."""
+        ...
+
+    def rewind(self, count: int) -> None:
+        """Forget the last `count` appended tokens (their KV cache cells)."""
+        ...
+
+    def is_end(self, token: int) -> bool:
+        """Whether the token ends generation (end of turn, end of sequence)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DraftPolicy:
+    """How many tokens to draft, and when drafting stops paying for a page."""
+
+    k: int = 4
+    k_min: int = 1
+    k_max: int = 16
+    # Drafting is switched off for the rest of a page once at least `min_drafted` tokens were
+    # proposed and fewer than `min_acceptance` of them were accepted: each rejected token costs a
+    # verification slot that a one-token step would not have spent.
+    min_acceptance: float = 0.3
+    min_drafted: int = 32
+
+
+@dataclass
+class DecodeStats:
+    """What speculation did on one page; reported in the JSON result and the status API."""
+
+    source: str = "none"
+    generated: int = 0
+    steps: int = 0  # target forward passes (one per verification batch or single token)
+    drafted: int = 0
+    accepted: int = 0
+    draft_ms: float = 0.0
+    target_ms: float = 0.0
+    disabled_after: int | None = None  # generated tokens when drafting was switched off
+    k_history: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def to_dict(self) -> dict[str, object]:
+        decode_s = (self.draft_ms + self.target_ms) / 1000
+        acceptance = self.acceptance
+        return {
+            "draft_source": self.source,
+            "generated_tokens": self.generated,
+            "target_steps": self.steps,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+            "acceptance_rate": None if acceptance is None else round(acceptance, 4),
+            "tokens_per_step": round(self.generated / self.steps, 3) if self.steps else None,
+            "tokens_per_s": round(self.generated / decode_s, 2) if decode_s > 0 else None,
+            "draft_ms": round(self.draft_ms, 2),
+            "target_ms": round(self.target_ms, 2),
+            "draft_disabled_after": self.disabled_after,
+            "mean_k": round(sum(self.k_history) / len(self.k_history), 2) if self.k_history else None,
+        }
+
+
+@dataclass
+class Generation:
+    """Generated tokens with the probability the model gave each, and why generation stopped."""
+
+    tokens: list[int]
+    probabilities: list[float]
+    stop_reason: str  # "end", "max_tokens", "repetition", "timeout", "stop_string"
+    stats: DecodeStats
+
+
+def _probability(row: np.ndarray, token: int) -> float:
+    """Softmax probability of `token` in a logits row (stable: shifted by the maximum)."""
+    peak = float(row.max())
+    weights = np.exp(row.astype(np.float64) - peak)
+    return float(weights[token] / weights.sum())
+
+
+def greedy_decode(
+    target: Target,
+    first_logits: np.ndarray,
+    *,
+    max_tokens: int,
+    draft: DraftSource | None = None,
+    policy: DraftPolicy | None = None,
+    guard: LoopGuard | None = None,
+    deadline: float | None = None,
+    should_stop: Callable[[list[int]], bool] | None = None,
+) -> Generation:
+    """Generate greedily from `first_logits` (the logits after the prompt).
+
+    With a draft source, up to k proposed tokens are fed together with the token just chosen; the
+    draft tokens are accepted while each equals the argmax of the logits before it, which is what
+    one-token greedy decoding would have produced, so the output does not depend on the draft
+    (exactly so on f32 models; batched kernels may round differently on quantized ones).
+    """
+    policy = policy or DraftPolicy()
+    stats = DecodeStats(source=draft.name if draft is not None else "none")
+    tokens: list[int] = []
+    probabilities: list[float] = []
+    logits = first_logits
+    k = policy.k
+    drafting = draft is not None
+
+    def finish(reason: str) -> Generation:
+        stats.generated = len(tokens)
+        return Generation(tokens, probabilities, reason, stats)
+
+    while True:
+        token = int(np.argmax(logits))
+        if target.is_end(token):
+            return finish("end")
+        tokens.append(token)
+        probabilities.append(_probability(logits, token))
+        if len(tokens) >= max_tokens:
+            return finish("max_tokens")
+        if guard is not None and guard.looping(tokens):
+            return finish("repetition")
+        if should_stop is not None and should_stop(tokens):
+            return finish("stop_string")
+        if deadline is not None and time.monotonic() > deadline:
+            return finish("timeout")
+
+        proposal: list[int] = []
+        if drafting and draft is not None:
+            started = time.perf_counter()
+            proposal = draft.propose(tokens, min(k, max_tokens - len(tokens)))
+            stats.draft_ms += (time.perf_counter() - started) * 1000
+            stats.k_history.append(k)
+
+        started = time.perf_counter()
+        rows = target.append([token, *proposal])
+        stats.target_ms += (time.perf_counter() - started) * 1000
+        stats.steps += 1
+
+        accepted = 0
+        stop_reason: str | None = None
+        for index, proposed in enumerate(proposal):
+            if int(np.argmax(rows[index])) != proposed:
+                break
+            accepted += 1
+            if target.is_end(proposed):
+                stop_reason = "end"
+                break
+            tokens.append(proposed)
+            probabilities.append(_probability(rows[index], proposed))
+            if len(tokens) >= max_tokens:
+                stop_reason = "max_tokens"
+            elif guard is not None and guard.looping(tokens):
+                stop_reason = "repetition"
+            elif should_stop is not None and should_stop(tokens):
+                stop_reason = "stop_string"
+            if stop_reason:
+                break
+        if proposal:
+            stats.drafted += len(proposal)
+            stats.accepted += accepted
+            if accepted < len(proposal) and stop_reason is None:
+                target.rewind(len(proposal) - accepted)
+            if draft is not None:
+                draft.observe(tokens)
+            k = _next_k(k, accepted, len(proposal), policy)
+            if stats.drafted >= policy.min_drafted and stats.accepted < policy.min_acceptance * stats.drafted:
+                drafting = False
+                stats.disabled_after = len(tokens)
+        if stop_reason:
+            return finish(stop_reason)
+        logits = rows[accepted]
+
+
+def _next_k(k: int, accepted: int, proposed: int, policy: DraftPolicy) -> int:
+    """Lengthen the draft while every token is accepted, shorten it when most are rejected."""
+    if accepted == proposed:
+        return min(policy.k_max, k * 2)
+    if accepted * 2 < proposed:
+        return max(policy.k_min, k // 2)
+    return k

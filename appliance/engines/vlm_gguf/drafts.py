@@ -1,0 +1,124 @@
+"""Where drafted tokens come from: text another engine already read on the page, or a small draft model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class DraftSource(Protocol):
+    """Proposes the next tokens of a generation; the target model verifies them."""
+
+    name: str
+
+    def propose(self, generated: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that may follow `generated` (fewer, or none, when unsure)."""
+        ...
+
+    def observe(self, generated: Sequence[int]) -> None:
+        """What the target kept after a verification (a model draft rolls its cache back to it)."""
+        ...
+
+
+class HintDraft:
+    """Drafts from a hint: the page's text as a cheaper engine read it, in the VLM's own tokens.
+
+    The generated tail is looked up in the hint (longest n-gram first, nearest after the last
+    match, as in prompt-lookup decoding) and the hint tokens after it are proposed. When the VLM
+    writes what the hint says, it verifies k tokens per forward pass instead of writing one.
+    """
+
+    name = "ocr_hint"
+
+    def __init__(self, hint_tokens: Sequence[int], max_ngram: int = 8, min_ngram: int = 1) -> None:
+        self._hint = np.asarray(list(hint_tokens), dtype=np.int64)
+        self._max_ngram = max_ngram
+        self._min_ngram = min_ngram
+        self._cursor = 0  # hint position just after the last matched n-gram
+
+    def propose(self, generated: Sequence[int], k: int) -> list[int]:
+        hint = self._hint
+        if k <= 0 or hint.size == 0:
+            return []
+        if not generated:
+            return [int(t) for t in hint[:k]]
+        tail = np.asarray(generated[-self._max_ngram :], dtype=np.int64)
+        for n in range(min(len(tail), self._max_ngram), self._min_ngram - 1, -1):
+            start = self._find(tail[-n:])
+            if start is not None:
+                self._cursor = start + n
+                return [int(t) for t in hint[start + n : start + n + k]]
+        return []
+
+    def _find(self, ngram: np.ndarray) -> int | None:
+        """Start of the occurrence of `ngram` in the hint nearest at or after the cursor (else before)."""
+        n = ngram.size
+        if n > self._hint.size:
+            return None
+        windows = np.lib.stride_tricks.sliding_window_view(self._hint, n)
+        matches = np.flatnonzero((windows == ngram).all(axis=1))
+        if matches.size == 0:
+            return None
+        # The generation moves forward through the page: prefer a match that starts where the last
+        # one ended, then the nearest later one, then the latest earlier one (a repeated word).
+        ahead = matches[matches + n >= self._cursor]
+        return int(ahead[0]) if ahead.size else int(matches[-1])
+
+    def observe(self, generated: Sequence[int]) -> None:
+        return None
+
+
+class DraftModel(Protocol):
+    """A small text model sharing the target's vocabulary, already fed the prompt's text."""
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray: ...
+
+    def rewind(self, count: int) -> None: ...
+
+
+class ModelDraft:
+    """Drafts by greedy decoding with a small model that shares the target's vocabulary.
+
+    The draft model sees the prompt's text (not the image) and every token the target kept; after a
+    verification its cache is rolled back to the tokens the target accepted.
+    """
+
+    name = "draft_model"
+
+    def __init__(self, model: DraftModel) -> None:
+        self._model = model
+        self._fed: list[int] = []  # generated tokens whose cache cells the draft model holds
+        self._next_logits: np.ndarray | None = None
+
+    def _sync(self, generated: Sequence[int]) -> np.ndarray | None:
+        common = 0
+        limit = min(len(self._fed), len(generated))
+        while common < limit and self._fed[common] == generated[common]:
+            common += 1
+        if common < len(self._fed):
+            self._model.rewind(len(self._fed) - common)
+            del self._fed[common:]
+            self._next_logits = None
+        missing = list(generated[common:])
+        if missing:
+            self._next_logits = self._model.append(missing)[-1]
+            self._fed.extend(missing)
+        return self._next_logits
+
+    def propose(self, generated: Sequence[int], k: int) -> list[int]:
+        logits = self._sync(generated)
+        proposal: list[int] = []
+        while logits is not None and len(proposal) < k:
+            token = int(np.argmax(logits))
+            proposal.append(token)
+            if len(proposal) == k:
+                break
+            logits = self._model.append([token])[-1]
+            self._fed.append(token)
+            self._next_logits = logits
+        return proposal
+
+    def observe(self, generated: Sequence[int]) -> None:
+        self._sync(generated)

@@ -1,0 +1,317 @@
+"""The `vlm_gguf` engine: a GGUF OCR vision-language model with its mmproj, decoding with drafts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from appliance.config import VlmGgufConfig
+from appliance.document import Line
+from appliance.engines.base import PageText
+from appliance.engines.gguf_manifest import load_vlm_manifest, verify_vlm_files
+from appliance.engines.vlm_gguf import runtime
+from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
+from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft
+from appliance.engines.vlm_gguf.loop_guard import LoopGuard
+from appliance.engines.vlm_gguf.memory import MemoryPlan, ModelShape, plan_memory
+from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out
+from appliance.engines.vlm_gguf.profiles import FamilyProfile, profile_for
+from appliance.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+# A generation that stopped for one of these did not finish the page: a person must look at it.
+CUT_SHORT = {
+    "repetition": "the model started repeating itself and was stopped",
+    "max_tokens": "the page needed more tokens than the per-page limit",
+    "timeout": "the page took longer than the per-page time limit",
+}
+
+
+def _shape(path: Path, projector: Path, draft: Path | None) -> ModelShape:
+    """Layer and head counts from the model's header (llama.cpp loads only the vocabulary)."""
+    model = runtime.TextModel(path, n_gpu_layers=0, vocab_only=True)
+    try:
+        architecture = model.metadata("general.architecture") or ""
+        n_head = int(model.metadata(f"{architecture}.attention.head_count") or 1)
+        head_kv = int(model.metadata(f"{architecture}.attention.head_count_kv") or n_head)
+        key_length = model.metadata(f"{architecture}.attention.key_length")
+        head_dim = int(key_length) if key_length else model.n_embd // max(n_head, 1)
+        return ModelShape(
+            weights_bytes=path.stat().st_size,
+            projector_bytes=projector.stat().st_size,
+            draft_bytes=draft.stat().st_size if draft else 0,
+            n_layer=model.n_layer,
+            n_head_kv=head_kv,
+            head_dim=head_dim,
+            n_vocab=model.n_vocab,
+        )
+    finally:
+        model.close()
+
+
+@dataclass
+class PageRead:
+    """What the VLM wrote for one page and what it cost."""
+
+    lines: list[TextLine]
+    generation: Generation
+    details: dict[str, Any]
+
+
+class VlmGgufEngine:
+    """Reads whole pages with a GGUF OCR VLM; optionally verifies drafts instead of writing from scratch."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, config: VlmGgufConfig) -> None:
+        self._config = config
+        model_dir = config.model_dir
+        manifest = load_vlm_manifest(model_dir / config.manifest)
+        self._infos = verify_vlm_files(manifest, model_dir, check_hashes=config.verify_hashes)
+        self._manifest = manifest
+        family = config.family if config.family != "auto" else manifest.family
+        self.profile: FamilyProfile = profile_for(family).with_overrides(
+            config.image_max_tokens, config.max_tokens_per_page
+        )
+        self._threads = config.threads or max(1, (os.cpu_count() or 1))
+        paths = {role: info.path for role, info in self._infos.items()}
+        if "model" not in paths or "mmproj" not in paths:
+            raise ModelError(f"{manifest.source} must name a 'model' and an 'mmproj' file")
+        want_draft_model = config.draft.source == "model"
+        if want_draft_model and "draft" not in paths:
+            raise ModelError(f"draft.source is 'model' but {manifest.source} names no 'draft' file")
+        self._paths = paths
+        gpu = config.device != "cpu" and runtime.supports_gpu()
+        if config.device == "gpu" and not gpu:
+            raise ModelError("engine.vlm_gguf.device is 'gpu' but this llama.cpp build has no GPU offload")
+        shape = _shape(paths["model"], paths["mmproj"], paths.get("draft") if want_draft_model else None)
+        # One page needs its image tokens, the prompt around them and the tokens it may write.
+        min_ctx = self.profile.image_max_tokens + self.profile.max_tokens + 256
+        want_ctx = max(config.n_ctx or min_ctx, min_ctx)
+        self.plan: MemoryPlan = plan_memory(
+            shape, config.vram_budget_mb, want_ctx, min_ctx, gpu=gpu, kv_type=config.kv_cache_type
+        )
+        self._fallbacks: list[str] = list(self.plan.notes)
+        self._load(self.plan, min_ctx)
+        self._guard = LoopGuard(
+            max_period=config.repetition.max_period,
+            min_repeats=config.repetition.min_repeats,
+            min_span=config.repetition.min_span,
+        )
+        self._policy = DraftPolicy(
+            k=config.draft.k,
+            k_max=config.draft.k_max,
+            min_acceptance=config.draft.min_acceptance,
+            min_drafted=config.draft.min_drafted,
+        )
+        self.last_page: dict[str, Any] = {}
+
+    def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
+        """Load with the plan; when an allocation fails, shorten the context, then move layers to the CPU."""
+        n_gpu_layers, n_ctx = plan.n_gpu_layers, plan.n_ctx
+        while True:
+            try:
+                self._model = runtime.TextModel(self._paths["model"], n_gpu_layers)
+                try:
+                    self._context = runtime.Context(self._model, self._settings(n_ctx, plan.kv_type))
+                    self._projector = runtime.Projector(
+                        self._paths["mmproj"],
+                        self._model,
+                        self._threads,
+                        use_gpu=n_gpu_layers > 0,
+                        image_max_tokens=self.profile.image_max_tokens,
+                    )
+                except BaseException:
+                    self._close_loaded()
+                    raise
+                break
+            except runtime.OutOfMemoryError as error:
+                if n_ctx > min_ctx:
+                    n_ctx = max(min_ctx, n_ctx // 2)
+                elif n_gpu_layers > 0:
+                    n_gpu_layers //= 2
+                else:
+                    raise
+                self._fallbacks.append(f"{error}; retrying with n_ctx={n_ctx}, n_gpu_layers={n_gpu_layers}")
+                log.warning("%s", self._fallbacks[-1])
+        self.plan.n_gpu_layers, self.plan.n_ctx = n_gpu_layers, n_ctx
+        self._draft_model: runtime.TextModel | None = None
+        self._draft_context: runtime.Context | None = None
+        if self._config.draft.source == "model":
+            self._draft_model = runtime.TextModel(self._paths["draft"], n_gpu_layers)
+            if self._draft_model.n_vocab != self._model.n_vocab:
+                raise ModelError(
+                    f"draft {self._paths['draft'].name} has {self._draft_model.n_vocab} tokens,"
+                    f" the model {self._model.n_vocab}: a draft must share the model's vocabulary"
+                )
+            self._draft_context = runtime.Context(self._draft_model, self._settings(n_ctx, plan.kv_type))
+
+    def _settings(self, n_ctx: int, kv_type: str) -> runtime.ContextSettings:
+        return runtime.ContextSettings(
+            n_ctx=n_ctx,
+            n_batch=self._config.n_batch,
+            n_threads=self._threads,
+            kv_type=kv_type,
+            flash_attention=self._config.flash_attention,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        models = {
+            role: {
+                "file": info.path.name,
+                "sha256": entry.sha256 if (entry := self._manifest.entry(role)) else None,
+                "architecture": info.architecture,
+                "quantization": info.file_type,
+            }
+            for role, info in self._infos.items()
+        }
+        return {
+            "name": ENGINE_NAME,
+            "family": self.profile.family,
+            "manifest": self._manifest.name,
+            "models": models,
+            "draft_source": self._config.draft.source,
+            "memory_plan": self.plan.to_dict(),
+            "fallbacks": list(self._fallbacks),
+        }
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        return self.read(image)
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        """Read one BGR page; `hint` is the page's text as another engine read it (the draft source)."""
+        started = time.perf_counter()
+        height, width = image.shape[:2]
+        page = self._read_page(image, hint, deadline)
+        total_ms = (time.perf_counter() - started) * 1000
+        lines = self._lines(page.lines, width, height)
+        warnings = []
+        reason = CUT_SHORT.get(page.generation.stop_reason)
+        if reason:
+            warnings.append(f"vlm_gguf: {reason}")
+        details = {**page.details, "total_ms": round(total_ms, 2)}
+        self.last_page = details
+        return PageText(
+            lines=lines,
+            timings_ms={"vlm_encode": page.details["prompt_ms"], "vlm_decode": page.details["decode_ms"]},
+            warnings=warnings,
+            details={ENGINE_NAME: details},
+            review_reasons=[f"vlm_gguf: {reason}"] if reason else [],
+        )
+
+    def _scaled(self, image: np.ndarray) -> np.ndarray:
+        """The page as RGB, its long side scaled down to the limit (encoding cost grows with area)."""
+        rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        limit = self._config.image_max_side
+        long_side = max(rgb.shape[:2])
+        if limit and long_side > limit:
+            scale = limit / long_side
+            rgb = cv2.resize(rgb, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        return rgb
+
+    def _read_page(self, image: np.ndarray, hint: str | None, deadline: float | None) -> PageRead:
+        model, context = self._model, self._context
+        messages = self.profile.messages(self._projector.marker)
+        prompt = runtime.render_prompt(model, messages)
+        prompt_started = time.perf_counter()
+        result = runtime.evaluate_prompt(self._projector, context, prompt, self._scaled(image))
+        prompt_ms = (time.perf_counter() - prompt_started) * 1000
+        draft = self._draft_source(hint, result.text_tokens)
+        pieces_cache: dict[int, bytes] = {}
+
+        def piece(token: int) -> bytes:
+            cached = pieces_cache.get(token)
+            if cached is None:
+                cached = pieces_cache[token] = model.piece(token)
+            return cached
+
+        stops = [stop.encode("utf-8") for stop in self.profile.stop]
+
+        def hit_stop(tokens: list[int]) -> bool:
+            tail = b"".join(piece(token) for token in tokens[-16:])
+            return any(tail.endswith(stop) for stop in stops)
+
+        max_tokens = min(self.profile.max_tokens, context.n_ctx - context.position - 1)
+        if deadline is None and self._config.timeout_seconds_per_page:
+            deadline = time.monotonic() + self._config.timeout_seconds_per_page
+        decode_started = time.perf_counter()
+        generation = greedy_decode(
+            context,
+            result.logits,
+            max_tokens=max_tokens,
+            draft=draft,
+            policy=self._policy,
+            guard=self._guard,
+            deadline=deadline,
+            should_stop=hit_stop if stops else None,
+        )
+        decode_ms = (time.perf_counter() - decode_started) * 1000
+        text, confidences = spell_out([piece(t) for t in generation.tokens], generation.probabilities)
+        for stop in self.profile.stop:
+            if generation.stop_reason == "stop_string" and text.endswith(stop):
+                text, confidences = text[: -len(stop)], confidences[: -len(stop)]
+        details: dict[str, Any] = {
+            "family": self.profile.family,
+            "prompt_tokens": result.prompt_tokens,
+            "image_tokens": result.image_tokens,
+            "prompt_ms": round(prompt_ms, 2),
+            "decode_ms": round(decode_ms, 2),
+            "stop_reason": generation.stop_reason,
+            "hint_tokens": len(self._hint_tokens) if hint else 0,
+            **generation.stats.to_dict(),
+        }
+        return PageRead(parse_answer(text, confidences, self.profile.output_format), generation, details)
+
+    def _draft_source(self, hint: str | None, prompt_text_tokens: list[int]) -> DraftSource | None:
+        source = self._config.draft.source
+        self._hint_tokens: list[int] = []
+        if source == "ocr_hint" and hint:
+            self._hint_tokens = self._model.tokenize(hint)
+            return HintDraft(self._hint_tokens)
+        if source == "model" and self._draft_context is not None:
+            self._draft_context.reset()
+            # The draft model cannot see the image: it gets the prompt's text and what was written.
+            self._draft_context.append(prompt_text_tokens or [0], logits=False)
+            self._draft_context.seal()
+            return ModelDraft(self._draft_context)
+        return None
+
+    def _lines(self, read: list[TextLine], width: int, height: int) -> list[Line]:
+        """Lines in page pixels, in bands of the page where the model gave no location.
+
+        Each unlocated line gets a band in the order written, so reading order survives layout
+        sorting; the cascade replaces those bands with the boxes of the ONNX engine's lines.
+        """
+        lines: list[Line] = []
+        count = max(len(read), 1)
+        for index, item in enumerate(read):
+            if item.box is not None:
+                x0, y0, x1, y1 = item.box
+                box = (x0 * width, y0 * height, x1 * width, y1 * height)
+            else:
+                box = (0.0, index * height / count, float(width), (index + 1) * height / count)
+            lines.append(make_line(item.text, item.char_confidences, box))
+        return lines
+
+    def _close_loaded(self) -> None:
+        for attribute in ("_projector", "_context", "_model"):
+            resource = getattr(self, attribute, None)
+            if resource is not None:
+                resource.close()
+                setattr(self, attribute, None)
+
+    def close(self) -> None:
+        for attribute in ("_draft_context", "_draft_model"):
+            resource = getattr(self, attribute, None)
+            if resource is not None:
+                resource.close()
+                setattr(self, attribute, None)
+        self._close_loaded()

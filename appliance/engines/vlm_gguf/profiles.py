@@ -1,0 +1,73 @@
+"""What each OCR-VLM family expects: prompt, image placement, token budgets, stops, output format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+OutputFormat = Literal["plain", "markdown", "doctags"]
+
+
+@dataclass(frozen=True)
+class FamilyProfile:
+    """How to ask one model family to read a page, and how to read its answer.
+
+    The placement rules come from the families' model cards and from failures seen with them:
+    PaddleOCR-VL loops when the instruction comes before the image, LightOnOCR was trained with an
+    empty system message and a user turn that holds only the image.
+    """
+
+    family: str
+    prompt: str | None  # the instruction after (or before) the image; None: the image alone
+    image_first: bool = True
+    system: str | None = None  # None: no system message; "" an empty one
+    output_format: OutputFormat = "plain"
+    image_max_tokens: int = 1024  # upper bound on the tokens one page image may become
+    max_tokens: int = 1536  # generated tokens per page before the read is cut (and reviewed)
+    stop: tuple[str, ...] = ()
+
+    def messages(self, media_marker: str) -> list[dict[str, Any]]:
+        """Chat messages for the model's own chat template, with the image as `media_marker`."""
+        parts: list[dict[str, str]] = [{"type": "text", "text": media_marker}]
+        if self.prompt:
+            text = {"type": "text", "text": self.prompt}
+            parts = [*parts, text] if self.image_first else [text, *parts]
+        messages: list[dict[str, Any]] = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": parts})
+        return messages
+
+    def with_overrides(self, image_max_tokens: int | None, max_tokens: int | None) -> FamilyProfile:
+        """The profile with the site's budgets where the configuration sets them (0 or None: keep)."""
+        return replace(
+            self,
+            image_max_tokens=image_max_tokens or self.image_max_tokens,
+            max_tokens=max_tokens or self.max_tokens,
+        )
+
+
+PROFILES: dict[str, FamilyProfile] = {
+    profile.family: profile
+    for profile in (
+        FamilyProfile("paddleocr_vl", prompt="OCR:", image_first=True, output_format="plain"),
+        FamilyProfile("lightonocr", prompt=None, system="", output_format="markdown", image_max_tokens=1600),
+        FamilyProfile(
+            "hunyuan_ocr",
+            prompt="提取文档图片中正文的所有信息用markdown格式表示，按照阅读顺序组织进行解析。",
+            output_format="markdown",
+        ),
+        FamilyProfile("granite_docling", prompt="Convert this page to docling.", output_format="doctags"),
+        FamilyProfile("qwen2vl", prompt="Read all the text in the image, line by line."),
+        FamilyProfile("smolvlm", prompt="Read all the text in the image, line by line."),
+    )
+}
+
+
+def profile_for(family: str) -> FamilyProfile:
+    """The profile of a family named in a model manifest or the configuration."""
+    try:
+        return PROFILES[family]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ValueError(f"unknown VLM family {family!r} (known: {known})") from None

@@ -1,0 +1,347 @@
+"""The one module that talks to llama.cpp (through llama-cpp-python's ctypes API) and libmtmd."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llama_cpp import mtmd_cpp
+
+from appliance.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+# ggml's levels (ggml.h): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_last_level = [logging.DEBUG]
+
+
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+def _forward_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    # llama.cpp writes to stderr by default; route it through logging (journald), its info lines
+    # (tensor listings, hyperparameters) at debug level so a service log is not flooded.
+    python_level = _last_level[0] if level == 5 else _LOG_LEVELS.get(level, logging.DEBUG)
+    _last_level[0] = python_level
+    if log.isEnabledFor(python_level):
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            log.log(python_level, "llama.cpp: %s", message)
+
+
+llama_cpp.llama_log_set(_forward_log, ctypes.c_void_p(0))
+# libmtmd (the vision side) has its own log hooks; without these it prints to stdout.
+mtmd_cpp.mtmd_log_set(_forward_log, ctypes.c_void_p(0))
+mtmd_cpp.mtmd_helper_log_set(_forward_log, ctypes.c_void_p(0))
+
+
+class OutOfMemoryError(ModelError):
+    """llama.cpp could not allocate a buffer (model, KV cache or compute) with the chosen settings."""
+
+
+def supports_gpu() -> bool:
+    """Whether this llama.cpp build can offload layers (a CUDA build on a machine with a GPU)."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+class TextModel:
+    """A GGUF text model loaded by llama.cpp."""
+
+    def __init__(self, path: Path, n_gpu_layers: int, vocab_only: bool = False) -> None:
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.use_mmap = True
+        params.vocab_only = vocab_only
+        self.path = path
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            kind = OutOfMemoryError if n_gpu_layers else ModelError
+            raise kind(f"llama.cpp could not load {path.name} with n_gpu_layers={n_gpu_layers} (see the log)")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_layer = int(llama_cpp.llama_model_n_layer(self.model))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(self.model))
+
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(1 << 16)
+        length = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace") if length >= 0 else None
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        tokens = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), tokens, capacity, False, special)
+        if count < 0:  # the buffer was too small: llama.cpp says how large it must be
+            capacity = -count
+            tokens = (llama_cpp.llama_token * capacity)()
+            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), tokens, capacity, False, special)
+        return list(tokens[:count])
+
+    def piece(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, False)
+        if length < 0:
+            buffer = ctypes.create_string_buffer(-length)
+            length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, False)
+        return buffer.raw[:length]
+
+    def token_texts_digest(self) -> list[bytes]:
+        return [llama_cpp.llama_vocab_get_text(self.vocab, token) or b"" for token in range(self.n_vocab)]
+
+    def is_end(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """What a llama.cpp context is created with."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    kv_type: str  # "f16" or "q8_0"
+    flash_attention: bool
+
+
+_KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
+
+
+class Context:
+    """A llama.cpp context on one sequence: feeds tokens, returns logits, forgets the newest tokens.
+
+    Positions are tracked here, not derived from the token count: after an image, M-RoPE models
+    (Qwen2-VL) advance the position by the image's grid size, not by its token count.
+    """
+
+    def __init__(self, model: TextModel, settings: ContextSettings) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = settings.n_ctx
+        params.n_batch = settings.n_batch
+        params.n_ubatch = settings.n_batch
+        params.n_threads = settings.n_threads
+        params.n_threads_batch = settings.n_threads
+        params.type_k = _KV_TYPES[settings.kv_type]
+        params.type_v = _KV_TYPES[settings.kv_type]
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if settings.flash_attention
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        )
+        params.no_perf = True
+        self.model = model
+        self.settings = settings
+        self.ctx = llama_cpp.llama_init_from_model(model.model, params)
+        if not self.ctx:
+            raise OutOfMemoryError(
+                f"llama.cpp could not create a context of {settings.n_ctx} tokens ({settings.kv_type} cache)"
+            )
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
+        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        self.position = 0
+        self._positions: list[int] = []  # start position of every appended token since the last reset
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self.position = 0
+        self._positions = []
+
+    def append(self, tokens: Sequence[int], logits: bool | None = None) -> np.ndarray:
+        """Feed tokens; return their logits rows (all rows by default, else only the last)."""
+        want_all = True if logits is None else logits
+        rows: list[np.ndarray] = []
+        n_batch = self.settings.n_batch
+        for start in range(0, len(tokens), n_batch):
+            part = tokens[start : start + n_batch]
+            last_part = start + n_batch >= len(tokens)
+            if self.position + len(part) > self.n_ctx:
+                raise OutOfMemoryError(f"the page needs more than the context's {self.n_ctx} tokens")
+            batch = self._batch
+            batch.n_tokens = len(part)
+            for index, token in enumerate(part):
+                batch.token[index] = token
+                batch.pos[index] = self.position + index
+                batch.n_seq_id[index] = 1
+                batch.seq_id[index][0] = 0
+                batch.logits[index] = want_all or (last_part and index == len(part) - 1)
+            status = llama_cpp.llama_decode(self.ctx, batch)
+            if status != 0:
+                raise OutOfMemoryError(
+                    f"llama_decode failed with status {status} at position {self.position}"
+                )
+            for index in range(len(part)):
+                self._positions.append(self.position + index)
+            self.position += len(part)
+            outputs = range(len(part)) if want_all else ([len(part) - 1] if last_part else [])
+            for index in outputs:
+                pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+                rows.append(np.ctypeslib.as_array(pointer, shape=(self.model.n_vocab,)).copy())
+        return np.stack(rows) if rows else np.empty((0, self.model.n_vocab), dtype=np.float32)
+
+    def seal(self) -> None:
+        """Make everything fed so far permanent: rewinding never reaches before this point."""
+        self._positions = []
+
+    def rewind(self, count: int) -> None:
+        if count <= 0:
+            return
+        keep = len(self._positions) - count
+        cut = self._positions[keep]
+        llama_cpp.llama_memory_seq_rm(self.memory, 0, cut, -1)
+        del self._positions[keep:]
+        self.position = cut
+
+    def is_end(self, token: int) -> bool:
+        return self.model.is_end(token)
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+
+
+class Projector:
+    """The mmproj (vision encoder + projector) through libmtmd, bound to its text model."""
+
+    def __init__(
+        self, path: Path, model: TextModel, n_threads: int, use_gpu: bool, image_max_tokens: int
+    ) -> None:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.print_timings = False
+        params.n_threads = n_threads
+        params.warmup = False
+        params.image_max_tokens = image_max_tokens
+        self.ctx = mtmd_cpp.mtmd_init_from_file(str(path).encode(), model.model, params)
+        if not self.ctx:
+            raise ModelError(
+                f"libmtmd could not load the projector {path.name} for {model.path.name} (see the log)"
+            )
+        if not mtmd_cpp.mtmd_support_vision(self.ctx):
+            self.close()
+            raise ModelError(f"{path.name} is not a vision projector")
+        self.marker = (mtmd_cpp.mtmd_default_marker() or b"<__media__>").decode()
+
+    def close(self) -> None:
+        if self.ctx:
+            mtmd_cpp.mtmd_free(self.ctx)
+            self.ctx = None
+
+
+@dataclass
+class PromptResult:
+    """The logits after the prompt and what the prompt cost."""
+
+    logits: np.ndarray
+    prompt_tokens: int
+    image_tokens: int
+    text_tokens: list[int]  # the prompt's text tokens (what a text-only draft model is fed)
+
+
+def render_prompt(model: TextModel, messages: list[dict[str, Any]]) -> str:
+    """The model's own chat template (GGUF `tokenizer.chat_template`) applied to the messages."""
+    template = model.metadata("tokenizer.chat_template")
+    if not template:
+        raise ModelError(f"{model.path.name} has no chat template (tokenizer.chat_template)")
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(message: str) -> None:
+        raise ModelError(f"chat template of {model.path.name}: {message}")
+
+    return environment.from_string(template).render(
+        messages=messages,
+        add_generation_prompt=True,
+        bos_token=model.piece(llama_cpp.llama_vocab_bos(model.vocab)).decode("utf-8", errors="replace"),
+        eos_token=model.piece(llama_cpp.llama_vocab_eos(model.vocab)).decode("utf-8", errors="replace"),
+        raise_exception=raise_exception,
+    )
+
+
+def evaluate_prompt(
+    projector: Projector, context: Context, prompt: str, image_rgb: np.ndarray
+) -> PromptResult:
+    """Tokenize text + image into chunks (libmtmd) and feed them; the image is encoded here."""
+    height, width = image_rgb.shape[:2]
+    pixels = np.ascontiguousarray(image_rgb, dtype=np.uint8)
+    bitmap = mtmd_cpp.mtmd_bitmap_init(width, height, pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
+    if not bitmap:
+        raise ModelError("libmtmd could not take the page image")
+    chunks = mtmd_cpp.mtmd_input_chunks_init()
+    try:
+        text = mtmd_cpp.mtmd_input_text()
+        encoded = prompt.encode("utf-8")
+        text.text = encoded
+        text.text_len = len(encoded)
+        text.add_special = True
+        text.parse_special = True
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        status = mtmd_cpp.mtmd_tokenize(projector.ctx, chunks, ctypes.byref(text), bitmaps, 1)
+        if status != 0:
+            raise ModelError(
+                f"libmtmd could not tokenize the prompt (status {status}):"
+                " does the prompt hold exactly one image marker?"
+            )
+        context.reset()
+        count = mtmd_cpp.mtmd_input_chunks_size(chunks)
+        logits: np.ndarray | None = None
+        prompt_tokens = image_tokens = 0
+        text_tokens: list[int] = []
+        for index in range(count):
+            chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, index)
+            kind = mtmd_cpp.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                n_tokens = ctypes.c_size_t()
+                pointer = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n_tokens))
+                tokens = [pointer[i] for i in range(n_tokens.value)]
+                text_tokens.extend(tokens)
+                prompt_tokens += len(tokens)
+                rows = context.append(tokens, logits=False)
+                logits = rows[-1] if len(rows) else None
+            else:
+                n_tokens_chunk = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk))
+                if context.position + n_tokens_chunk > context.n_ctx:
+                    raise OutOfMemoryError(
+                        f"the page image needs {n_tokens_chunk} tokens;"
+                        f" the context has {context.n_ctx - context.position} left"
+                    )
+                new_position = llama_cpp.llama_pos(0)
+                status = mtmd_cpp.mtmd_helper_eval_chunk_single(
+                    projector.ctx,
+                    context.ctx,
+                    chunk,
+                    context.position,
+                    0,
+                    context.settings.n_batch,
+                    False,
+                    ctypes.byref(new_position),
+                )
+                if status != 0:
+                    raise OutOfMemoryError(
+                        f"libmtmd could not encode or decode the page image (status {status})"
+                    )
+                image_tokens += n_tokens_chunk
+                prompt_tokens += n_tokens_chunk
+                context.position = int(new_position.value)
+                logits = None
+        if logits is None:
+            raise ModelError("the prompt ends with the image: the family's template must add text after it")
+        context.seal()
+        return PromptResult(
+            logits=logits, prompt_tokens=prompt_tokens, image_tokens=image_tokens, text_tokens=text_tokens
+        )
+    finally:
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)

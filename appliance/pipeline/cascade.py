@@ -1,0 +1,184 @@
+"""The engine cascade: the ONNX engine reads every page, the VLM reads again the pages a profile sends it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+import numpy as np
+from rapidfuzz import fuzz
+
+from appliance.config import CascadeConfig
+from appliance.document import Box, Line
+from appliance.engines.base import PageText
+from appliance.engines.vlm_gguf.output import make_line
+from appliance.pipeline.layout import order_page
+
+log = logging.getLogger(__name__)
+
+# A VLM line takes the box of the ONNX line it matches at least this well (rapidfuzz ratio, 0-100).
+MIN_MATCH = 60.0
+
+
+class PageReader(Protocol):
+    """A second reader that takes the first read's text as its draft (the VLM engine)."""
+
+    name: str
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText: ...
+
+
+def page_confidence(lines: list[Line]) -> float | None:
+    characters = [c for line in lines for c in line.char_confidences]
+    return sum(characters) / len(characters) if characters else None
+
+
+class Cascade:
+    """Decides per page whether the VLM reads it, gives it the ONNX text as a draft, and falls back.
+
+    A VLM failure, timeout or loop never loses the page: the ONNX read stands and the page says why.
+    """
+
+    def __init__(self, reader: PageReader, config: CascadeConfig) -> None:
+        self._reader = reader
+        self._config = config
+
+    def wants(self, first: PageText) -> tuple[bool, str]:
+        mode = self._config.mode
+        if mode == "off":
+            return False, "cascade off"
+        if mode == "always":
+            return True, "profile reads every page with the VLM"
+        confidence = page_confidence(first.lines)
+        if confidence is None:
+            return True, "the ONNX engine read nothing"
+        if confidence < self._config.min_confidence:
+            return True, f"ONNX mean confidence {confidence:.3f} < {self._config.min_confidence:g}"
+        return False, f"ONNX mean confidence {confidence:.3f} >= {self._config.min_confidence:g}"
+
+    def refine(self, image: np.ndarray, first: PageText) -> PageText:
+        """The page as the cascade settles it: the VLM's read where it was wanted and succeeded."""
+        wanted, why = self.wants(first)
+        record: dict[str, Any] = {"vlm_used": wanted, "why": why}
+        if not wanted:
+            return _with(first, details={"cascade": record})
+        hint = "\n".join(line.text for block in order_page(list(first.lines)) for line in block.lines)
+        deadline = time.monotonic() + self._config.timeout_seconds
+        try:
+            second = self._reader.read(image, hint=hint, deadline=deadline)
+        except Exception as error:  # any VLM failure (out of memory, a broken model): keep the ONNX read
+            log.warning("VLM read failed, the ONNX read stands: %s", error)
+            record.update(route="onnx_fallback", error=f"{type(error).__name__}: {error}")
+            return _with(
+                first,
+                details={"cascade": record},
+                warnings=[f"cascade: VLM failed ({error}); the ONNX read stands"],
+            )
+        stop = second.details.get(self._reader.name, {}).get("stop_reason")
+        if stop in ("timeout", "repetition", "max_tokens"):
+            record.update(route="onnx_fallback", error=f"VLM stopped: {stop}")
+            return _with(
+                first,
+                details={"cascade": record, **second.details},
+                warnings=[f"cascade: VLM stopped ({stop}); the ONNX read stands", *second.warnings],
+                review_reasons=second.review_reasons,
+                timings=second.timings_ms,
+            )
+        record["route"] = "vlm"
+        lines = place_lines(second.lines, list(first.lines))
+        return PageText(
+            lines=lines,
+            timings_ms={**first.timings_ms, **second.timings_ms},
+            warnings=[*first.warnings, *second.warnings],
+            details={**first.details, **second.details, "cascade": record},
+            review_reasons=[*first.review_reasons, *second.review_reasons],
+        )
+
+
+def _with(
+    page: PageText,
+    details: dict[str, Any],
+    warnings: list[str] | None = None,
+    review_reasons: list[str] | None = None,
+    timings: dict[str, float] | None = None,
+) -> PageText:
+    return PageText(
+        lines=page.lines,
+        timings_ms={**page.timings_ms, **(timings or {})},
+        warnings=[*page.warnings, *(warnings or [])],
+        details={**page.details, **details},
+        review_reasons=[*page.review_reasons, *(review_reasons or [])],
+    )
+
+
+def place_lines(vlm_lines: list[Line], onnx_lines: list[Line]) -> list[Line]:
+    """Give each VLM line the box of the ONNX line it matches; lines with no match sit between neighbours.
+
+    The VLM writes text without boxes; the ONNX engine found where each line is. Matching is by
+    text similarity, preferring ONNX lines after the last match so a repeated line ("TOTAL") lands
+    in order. Unmatched lines share the band between the matched lines around them.
+    """
+    ordered = [line for block in order_page(list(onnx_lines)) for line in block.lines]
+    used: set[int] = set()
+    boxes: list[Line | None] = []
+    last = -1
+    for line in vlm_lines:
+        best, best_score = None, MIN_MATCH
+        for index, candidate in enumerate(ordered):
+            if index in used:
+                continue
+            score = fuzz.ratio(line.text, candidate.text) + (0.5 if index > last else 0.0)
+            if score > best_score:
+                best, best_score = index, score
+        if best is None:
+            boxes.append(None)
+        else:
+            used.add(best)
+            last = best
+            boxes.append(ordered[best])
+    if not vlm_lines:
+        return []
+    page_box = _page_box(onnx_lines, vlm_lines)
+    placed: list[Line] = []
+    index = 0
+    while index < len(vlm_lines):
+        match = boxes[index]
+        if match is not None:
+            placed.append(_moved(vlm_lines[index], match.box, match.polygon))
+            index += 1
+            continue
+        run_end = index
+        while run_end < len(vlm_lines) and boxes[run_end] is None:
+            run_end += 1
+        before = boxes[index - 1] if index > 0 else None
+        after = boxes[run_end] if run_end < len(vlm_lines) else None
+        above = before.box[3] if before is not None else page_box[1]
+        below = after.box[1] if after is not None else page_box[3]
+        if below <= above:
+            below = above + (page_box[3] - page_box[1]) / max(len(vlm_lines), 1)
+        step = (below - above) / (run_end - index)
+        for offset in range(run_end - index):
+            y0 = above + offset * step
+            box = (page_box[0], y0, page_box[2], y0 + step)
+            placed.append(_moved(vlm_lines[index + offset], box, None))
+        index = run_end
+    return placed
+
+
+def _page_box(onnx_lines: list[Line], vlm_lines: list[Line]) -> Box:
+    source = onnx_lines or vlm_lines
+    return (
+        min(line.box[0] for line in source),
+        min(line.box[1] for line in source),
+        max(line.box[2] for line in source),
+        max(line.box[3] for line in source),
+    )
+
+
+def _moved(line: Line, box: Box, polygon: tuple[tuple[float, float], ...] | None) -> Line:
+    """The line placed in `box`, its words spread along it in proportion to their characters."""
+    placed = make_line(line.text, line.char_confidences, box)
+    if polygon is not None:
+        placed.polygon = polygon
+    return placed

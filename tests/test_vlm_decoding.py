@@ -1,0 +1,152 @@
+"""Speculative greedy decoding: drafts change the speed, never the output; acceptance is counted right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from appliance.engines.vlm_gguf.decoding import DraftPolicy, greedy_decode
+from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft
+from appliance.engines.vlm_gguf.loop_guard import LoopGuard
+from tests.fakes.language_model import CyclingModel, MarkovModel
+
+PROMPT = [1, 2, 3]
+
+
+def _start(model: MarkovModel) -> np.ndarray:
+    return model.append(PROMPT)[-1]
+
+
+def _plain(max_tokens: int = 60, seed: int = 0) -> list[int]:
+    model = MarkovModel(seed=seed)
+    return greedy_decode(model, _start(model), max_tokens=max_tokens).tokens
+
+
+def test_hint_of_the_models_own_output_is_fully_accepted_in_fewer_steps() -> None:
+    expected = _plain()
+    model = MarkovModel()
+    generation = greedy_decode(model, _start(model), max_tokens=60, draft=HintDraft(expected))
+    assert generation.tokens == expected
+    stats = generation.stats
+    assert stats.drafted > 0
+    assert stats.accepted == stats.drafted
+    assert stats.acceptance == 1.0
+    assert stats.steps < len(expected) / 3  # k grows to 16: many tokens per forward pass
+    assert stats.generated == len(expected)
+
+
+def test_a_corrupted_hint_changes_acceptance_but_not_the_output() -> None:
+    expected = _plain()
+    hint = list(expected)
+    rng = np.random.default_rng(1)
+    for index in rng.choice(len(hint), size=12, replace=False):
+        hint[index] = (hint[index] + 7) % 50
+    model = MarkovModel()
+    generation = greedy_decode(model, _start(model), max_tokens=60, draft=HintDraft(hint))
+    assert generation.tokens == expected
+    assert 0 < generation.stats.accepted < generation.stats.drafted
+    # Every rejected token was rewound: the model holds the prompt and the kept tokens, nothing else.
+    fed = model.history[len(PROMPT) :]
+    assert fed == expected[: len(fed)]
+    assert len(fed) >= len(expected) - 1
+
+
+def test_drafting_is_switched_off_when_acceptance_falls_below_the_threshold() -> None:
+    expected = _plain(max_tokens=80)
+    garbage = [(token + 13) % 50 for token in expected]  # never what the model writes
+    model = MarkovModel()
+    policy = DraftPolicy(k=4, min_acceptance=0.3, min_drafted=16)
+    generation = greedy_decode(model, _start(model), max_tokens=80, draft=HintDraft(garbage), policy=policy)
+    assert generation.tokens == expected
+    stats = generation.stats
+    assert stats.disabled_after is not None
+    # Once off, no more tokens are drafted: what was drafted stays near the switch-off point.
+    assert stats.drafted < 16 + 16
+    assert stats.steps > len(expected) - stats.accepted - 2
+
+
+def test_draft_length_adapts_to_acceptance() -> None:
+    expected = _plain()
+    model = MarkovModel()
+    generation = greedy_decode(
+        model, _start(model), max_tokens=60, draft=HintDraft(expected), policy=DraftPolicy(k=2, k_max=8)
+    )
+    assert generation.stats.k_history[0] == 2
+    assert max(generation.stats.k_history) == 8
+
+
+def test_a_draft_model_sharing_the_target_is_always_right() -> None:
+    expected = _plain()
+    target = MarkovModel()
+    drafter = MarkovModel()  # the same weights: every proposal is what the target would write
+    drafter.append(PROMPT)
+    generation = greedy_decode(target, _start(target), max_tokens=60, draft=ModelDraft(drafter))
+    assert generation.tokens == expected
+    assert generation.stats.acceptance == 1.0
+    assert generation.stats.source == "draft_model"
+
+
+def test_a_different_draft_model_is_verified_and_rolled_back() -> None:
+    expected = _plain()
+    target = MarkovModel()
+    drafter = MarkovModel(seed=5)  # another model: mostly wrong proposals
+    drafter.append(PROMPT)
+    generation = greedy_decode(target, _start(target), max_tokens=60, draft=ModelDraft(drafter))
+    assert generation.tokens == expected
+    assert generation.stats.accepted < generation.stats.drafted
+    # The draft model's cache holds the prompt and exactly the tokens the target kept (or fewer).
+    kept = drafter.history[len(PROMPT) :]
+    assert kept == expected[: len(kept)]
+
+
+def test_end_token_stops_generation_also_inside_a_verified_draft() -> None:
+    plain_model = MarkovModel(end_token=None)
+    reference = greedy_decode(plain_model, _start(plain_model), max_tokens=40).tokens
+    end = reference[25]
+    first_end = reference.index(end)
+    model = MarkovModel(end_token=end)
+    generation = greedy_decode(model, _start(model), max_tokens=40, draft=HintDraft(reference))
+    assert generation.stop_reason == "end"
+    assert generation.tokens == reference[:first_end]
+
+
+def test_max_tokens_cuts_exactly() -> None:
+    expected = _plain(max_tokens=60)
+    model = MarkovModel()
+    generation = greedy_decode(model, _start(model), max_tokens=17, draft=HintDraft(expected))
+    assert generation.stop_reason == "max_tokens"
+    assert generation.tokens == expected[:17]
+
+
+def test_loop_guard_stops_a_cycling_generation() -> None:
+    model = CyclingModel(period=5)
+    guard = LoopGuard(max_period=16, min_repeats=4, min_span=40, check_every=1)
+    generation = greedy_decode(model, model.append([0])[-1], max_tokens=500, guard=guard)
+    assert generation.stop_reason == "repetition"
+    assert len(generation.tokens) < 60
+
+
+def test_loop_guard_leaves_varied_text_alone() -> None:
+    guard = LoopGuard(max_period=16, min_repeats=4, min_span=40, check_every=1)
+    varied = list(np.random.default_rng(3).integers(0, 50, size=400))
+    assert not any(guard.looping(varied[:n]) for n in range(1, len(varied)))
+    # A short repeated run (a dotted leader) is not a loop either.
+    leader = [*varied[:100], *([7] * 30), *varied[100:140]]
+    assert not any(guard.looping(leader[:n]) for n in range(1, len(leader)))
+
+
+def test_probabilities_are_the_softmax_of_the_chosen_token() -> None:
+    model = MarkovModel()
+    first = _start(model)
+    generation = greedy_decode(model, first, max_tokens=1)
+    weights = np.exp(first.astype(np.float64) - first.max())
+    assert generation.probabilities[0] == pytest.approx(weights.max() / weights.sum())
+
+
+def test_hint_draft_follows_the_cursor_through_repeated_words() -> None:
+    hint = [10, 11, 12, 10, 11, 13, 14]
+    draft = HintDraft(hint, max_ngram=2)
+    assert draft.propose([], 3) == [10, 11, 12]
+    assert draft.propose([10, 11, 12], 2) == [10, 11]
+    assert draft.propose([10, 11, 12, 10, 11], 2) == [13, 14]
+    assert draft.propose([99], 2) == []
