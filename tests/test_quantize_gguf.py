@@ -1,0 +1,134 @@
+"""quantize.gguf: quantizing the tiny fixture models and writing manifests for GGUF sets a site brings."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.engines.gguf_manifest import load_vlm_manifest, read_gguf_info, verify_vlm_files
+from appliance.errors import ModelError
+from quantize.gguf import main, quantize_gguf
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
+
+
+def _llama_cpp() -> object:
+    return pytest.importorskip("llama_cpp")
+
+
+@pytest.mark.parametrize(
+    ("family", "quant"), [("smolvlm", "Q8_0"), ("qwen2vl", "Q8_0"), ("qwen2vl", "Q4_K_M")]
+)
+def test_quantized_copy_is_smaller_reads_as_its_type_and_loads(
+    tmp_path: Path, family: str, quant: str
+) -> None:
+    _llama_cpp()
+    from llama_cpp import Llama
+
+    source = FIXTURES / family / "model-f32.gguf"
+    target = quantize_gguf(source, tmp_path / f"model-{quant}.gguf", quant, n_threads=1)
+    info, original = read_gguf_info(target), read_gguf_info(source)
+    # Q4_K_M needs rows of 256: these 64-wide tensors fall back to Q5_0/Q8_0 per tensor, yet the
+    # file is still labelled Q4_K_M and shrinks to about a quarter.
+    assert info.file_type == quant
+    assert info.size < original.size / 3
+    assert (info.architecture, info.vocab_sha256) == (original.architecture, original.vocab_sha256)
+    llm = Llama(model_path=str(target), n_ctx=64, n_threads=1, verbose=False)
+    try:
+        assert llm.n_vocab() == original.n_vocab
+        assert llm.tokenize(b"Total 12.00", add_bos=False)
+    finally:
+        llm.close()
+
+
+def test_quantized_model_with_f32_mmproj_reads_an_image(tmp_path: Path) -> None:
+    """The Q8_0 text model with the F32 projector goes through libmtmd and decodes greedily."""
+    llama_cpp = _llama_cpp()
+    from llama_cpp import Llama, mtmd_cpp
+
+    model = quantize_gguf(FIXTURES / "smolvlm" / "model-f32.gguf", tmp_path / "model-Q8_0.gguf", "Q8_0")
+    llm = Llama(model_path=str(model), n_ctx=256, n_batch=256, n_threads=1, verbose=False)
+    params = mtmd_cpp.mtmd_context_params_default()
+    params.use_gpu = False
+    params.n_threads = 1
+    params.print_timings = False
+    ctx = mtmd_cpp.mtmd_init_from_file(
+        str(FIXTURES / "smolvlm" / "mmproj-f32.gguf").encode(), llm.model, params
+    )
+    assert ctx
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    bitmap = mtmd_cpp.mtmd_bitmap_init(
+        64, 64, (ctypes.c_uint8 * pixels.size).from_buffer_copy(pixels.tobytes())
+    )
+    chunks = mtmd_cpp.mtmd_input_chunks_init()
+    try:
+        text = (
+            f"<|im_start|>User: {mtmd_cpp.mtmd_default_marker().decode()}Read.<end_of_utterance>\nAssistant:"
+        )
+        encoded = text.encode()
+        prompt = mtmd_cpp.mtmd_input_text(
+            text=encoded, text_len=len(encoded), add_special=True, parse_special=True
+        )
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(prompt), bitmaps, 1) == 0
+        kinds = [
+            mtmd_cpp.mtmd_input_chunk_get_type(mtmd_cpp.mtmd_input_chunks_get(chunks, index))
+            for index in range(mtmd_cpp.mtmd_input_chunks_size(chunks))
+        ]
+        # 64 px page, 32 px tiles: a 2x2 grid and the overview, each its own image chunk.
+        assert kinds.count(mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE) == 5
+        n_past = llama_cpp.llama_pos(0)  # type: ignore[attr-defined]
+        status = mtmd_cpp.mtmd_helper_eval_chunks(ctx, llm.ctx, chunks, 0, 0, 256, True, ctypes.byref(n_past))
+        assert status == 0
+        assert n_past.value == mtmd_cpp.mtmd_helper_get_n_pos(chunks)
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))  # type: ignore[attr-defined]
+        assert np.isfinite(logits).all()
+        assert 0 <= int(np.argmax(logits)) < llm.n_vocab()
+    finally:
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)
+        mtmd_cpp.mtmd_free(ctx)
+        llm.close()
+
+
+def test_projector_is_not_quantized(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="is an mmproj"):
+        quantize_gguf(FIXTURES / "qwen2vl" / "mmproj-f32.gguf", tmp_path / "x.gguf", "Q8_0")
+    with pytest.raises(ModelError, match="unknown quantization"):
+        quantize_gguf(FIXTURES / "qwen2vl" / "model-f32.gguf", tmp_path / "x.gguf", "Q3_XL")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_manifest_subcommand_for_site_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "lighton-tiny"
+    folder.mkdir()
+    for name in ("model-f32.gguf", "mmproj-f32.gguf", "draft-f32.gguf"):
+        shutil.copy(FIXTURES / "qwen2vl" / name, folder / name)
+    code = main([
+        "manifest", "--family", "qwen2vl",
+        "--model", str(folder / "model-f32.gguf"), "--mmproj", str(folder / "mmproj-f32.gguf"),
+        "--draft", str(folder / "draft-f32.gguf"), "--out", str(folder / "manifest.json"),
+    ])  # fmt: skip
+    assert code == 0
+    manifest = load_vlm_manifest(folder / "manifest.json")
+    assert (manifest.name, manifest.family) == ("lighton-tiny", "qwen2vl")
+    assert set(verify_vlm_files(manifest, folder)) == {"model", "mmproj", "draft"}
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_manifest_subcommand_refuses_a_wrong_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("model-f32.gguf", "mmproj-f32.gguf"):
+        shutil.copy(FIXTURES / "smolvlm" / name, tmp_path / name)
+    shutil.copy(FIXTURES / "qwen2vl" / "draft-f32.gguf", tmp_path / "draft-f32.gguf")
+    code = main([
+        "manifest", "--family", "smolvlm",
+        "--model", str(tmp_path / "model-f32.gguf"), "--mmproj", str(tmp_path / "mmproj-f32.gguf"),
+        "--draft", str(tmp_path / "draft-f32.gguf"), "--out", str(tmp_path / "manifest.json"),
+    ])  # fmt: skip
+    assert code == 5
+    assert "a draft must share the model's tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "manifest.json").exists()
