@@ -10,11 +10,12 @@ Two subcommands::
 `convert` runs llama.cpp's own converter (convert_hf_to_gguf.py), which ships only in the source
 distribution of llama-cpp-python 0.3.36 (the wheel has the library, not the converter): pass the
 unpacked sdist with --llama-src, or it is fetched once with `pip download` into a cache folder. The
-converter needs torch and transformers, which the appliance itself never installs; run `convert` from
-an environment that has them. The text model is then quantized with llama.cpp's quantizer through
-llama-cpp-python's bindings (`llama_model_quantize`), so no separate llama-quantize binary is needed;
-the mmproj stays F32 (or F16), as libmtmd expects. Sites normally bring GGUF files that are already
-converted and only need `manifest`.
+converter needs torch and transformers, which the appliance itself never installs: point
+--converter-python at an environment that has them (CPU builds suffice). The text model (and draft)
+is then quantized here, with llama.cpp's quantizer through llama-cpp-python's bindings
+(`llama_model_quantize`), so no separate llama-quantize binary is needed; the mmproj stays F32 or
+F16, as libmtmd expects. Sites normally bring GGUF files that are already converted and only need
+`manifest`.
 """
 
 from __future__ import annotations
@@ -148,7 +149,13 @@ def _convert(args: argparse.Namespace) -> int:
     def convert(hf_dir: Path, role: str) -> Path:
         target = out / f"{role}-{outtype}.gguf"
         return convert_hf_checkpoint(
-            hf_dir, target, llama_src=llama_src, mmproj=role == "mmproj", outtype=outtype, pre_tokenizer=pre
+            hf_dir,
+            target,
+            llama_src=llama_src,
+            mmproj=role == "mmproj",
+            outtype=outtype,
+            pre_tokenizer=pre,
+            python=args.converter_python,
         )
 
     model = convert(args.hf, "model")
@@ -231,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     convert.add_argument(
         "--pre-tokenizer",
         help="name the BPE pre-tokenizer (e.g. gpt-2, qwen2) when the converter does not recognise it",
+    )
+    convert.add_argument(
+        "--converter-python",
+        default=sys.executable,
+        help="Python with torch and transformers that runs the converter (default: this one); "
+        "quantizing runs here and needs llama-cpp-python",
     )
     convert.set_defaults(run=_convert)
 
