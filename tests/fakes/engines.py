@@ -139,3 +139,53 @@ def failing_to_load_engine() -> FixedTextEngine:
 def low_confidence_receipt_engine() -> FixedTextEngine:
     """Reads a receipt total, unsure of every character: what routing sends to review."""
     return FixedTextEngine("TOTAL 40.17", confidence=0.4)
+
+
+class FakeVlmReader:
+    """A second reader for the cascade: writes given lines, fails, or stops the way a VLM can.
+
+    `outcome` is "ok", "crash" (raises), "timeout", "repetition" or "max_tokens" (a stopped
+    generation, as the vlm_gguf engine reports it). It records the hint it was given.
+    """
+
+    name = "vlm_gguf"
+
+    def __init__(self, lines: list[str], outcome: str = "ok", confidence: float = 0.99) -> None:
+        self.lines = lines
+        self.outcome = outcome
+        self.confidence = confidence
+        self.hints: list[str | None] = []
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "models": {}}
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        from appliance.engines.vlm_gguf.output import make_line  # the VLM engine's own line builder
+
+        self.hints.append(hint)
+        if self.outcome == "crash":
+            raise RuntimeError("llama_decode failed with status -3")
+        height, width = image.shape[:2]
+        count = max(len(self.lines), 1)
+        lines = [
+            make_line(
+                text,
+                [self.confidence] * len(text),
+                (0.0, i * height / count, float(width), (i + 1) * height / count),
+            )
+            for i, text in enumerate(self.lines)
+        ]
+        stop = "end" if self.outcome == "ok" else self.outcome
+        reasons = [] if self.outcome == "ok" else [f"vlm_gguf: stopped ({self.outcome})"]
+        return PageText(
+            lines=lines,
+            timings_ms={"vlm_decode": 1.0},
+            details={self.name: {"stop_reason": stop, "acceptance_rate": 0.8}},
+            review_reasons=reasons,
+        )
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        return self.read(image)
+
+    def close(self) -> None:
+        pass

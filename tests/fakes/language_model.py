@@ -14,7 +14,9 @@ class MarkovModel:
     comes out, and the newest tokens can be forgotten. `forward_calls` counts batches fed.
     """
 
-    def __init__(self, n_vocab: int = 50, order: int = 2, seed: int = 0, end_token: int | None = None) -> None:
+    def __init__(
+        self, n_vocab: int = 50, order: int = 2, seed: int = 0, end_token: int | None = None
+    ) -> None:
         self.n_vocab = n_vocab
         self.order = order
         self._rng_seed = seed

@@ -113,6 +113,7 @@ class VlmGgufEngine:
             min_drafted=config.draft.min_drafted,
         )
         self.last_page: dict[str, Any] = {}
+        self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
 
     def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
         """Load with the plan; when an allocation fails, shorten the context, then move layers to the CPU."""
@@ -199,6 +200,7 @@ class VlmGgufEngine:
             warnings.append(f"vlm_gguf: {reason}")
         details = {**page.details, "total_ms": round(total_ms, 2)}
         self.last_page = details
+        self.last_generation = page.generation
         return PageText(
             lines=lines,
             timings_ms={"vlm_encode": page.details["prompt_ms"], "vlm_decode": page.details["decode_ms"]},
