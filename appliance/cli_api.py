@@ -194,6 +194,16 @@ def _status(client: Any, args: argparse.Namespace) -> ExitCode:
     for engine in status.engines:
         models = ", ".join(f"{m.role or m.name} {m.name} on {m.provider or '?'}" for m in engine.models)
         rows.append([f"engine {engine.name}", models or "-"])
+    if status.HasField("vlm_decoding"):
+        vlm = status.vlm_decoding
+        rows.append(
+            [
+                "VLM decoding",
+                f"{vlm.pages} pages, {vlm.generated_tokens} tokens at {vlm.tokens_per_second:.1f} tok/s, "
+                f"drafts accepted {vlm.acceptance_rate:.0%} of {vlm.drafted_tokens} "
+                f"(draft cost {vlm.draft_ms / 1000:.1f} s), {vlm.fallbacks} fallbacks to ONNX",
+            ]
+        )
     _table(rows, ["", ""])
     if status.recent_errors:
         print("\nrecent errors:")

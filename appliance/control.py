@@ -88,6 +88,9 @@ class Status:
     gpu_memory_used_bytes: int | None  # None on the CPU
     gpu_memory_budget_bytes: int | None
     recent_errors: list[dict[str, Any]]  # {"at": unix time, "job_id": ..., "message": ...}
+    # Sums of the VLM's decoding since start (pages, generated/drafted/accepted tokens, draft_ms,
+    # target_ms, fallbacks); empty while no page went to the VLM.
+    vlm_decoding: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

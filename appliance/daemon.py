@@ -171,6 +171,7 @@ class Daemon:
             queue.SimpleQueue()
         )
         self._pages_log: collections.deque[tuple[float, int]] = collections.deque(maxlen=100_000)
+        self._decoding: dict[str, float] = {}  # VLM decoding sums since start (the status API shows them)
         self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
@@ -787,6 +788,8 @@ class Daemon:
         if outcome.failure is None:
             confidence = "n/a" if outcome.confidence is None else f"{outcome.confidence:.3f}"
             self._pages_log.append((time.monotonic(), outcome.pages))
+            for key, value in outcome.decoding.items():
+                self._decoding[key] = self._decoding.get(key, 0.0) + value
             if outcome.route == "review":
                 self._to_review(job, outcome, confidence)
                 return
@@ -1113,6 +1116,7 @@ class Daemon:
             gpu_memory_used_bytes=None,
             gpu_memory_budget_bytes=None,
             recent_errors=list(self.recent_errors),
+            vlm_decoding=dict(self._decoding),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -1130,6 +1134,7 @@ class Daemon:
             "pages_total": float(sum(count for _, count in self._pages_log)),
             "intake_paused": float(self.stats.intake_paused),
             **{f"jobs_{state.value}": float(count) for state, count in counts.items()},
+            **{f"vlm_{key}_total": value for key, value in self._decoding.items()},
         }
 
     def _write_reason(

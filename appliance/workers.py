@@ -28,6 +28,7 @@ from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
+from appliance.pipeline.cascade import decoding_totals
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.review import apply_site_dictionary, review_folder, write_review_extras
@@ -79,6 +80,7 @@ class JobOutcome:
     route: str = "done"
     reasons: list[str] = field(default_factory=list)
     audit: dict[str, Any] | None = None  # the audit record, built here where the Document is
+    decoding: dict[str, float] = field(default_factory=dict)  # VLM decoding sums (cascade.decoding_totals)
 
 
 def _read_one(
@@ -154,6 +156,7 @@ def _read_one(
         route=decision.route,
         reasons=decision.reasons,
         audit=record,
+        decoding=decoding_totals([page.engine_details for page in document.pages]),
     )
 
 

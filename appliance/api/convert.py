@@ -135,7 +135,27 @@ def status(item: Status) -> pb.GetStatusResponse:
         message.gpu_memory_used_bytes = item.gpu_memory_used_bytes
     if item.gpu_memory_budget_bytes is not None:
         message.gpu_memory_budget_bytes = item.gpu_memory_budget_bytes
+    if item.vlm_decoding:
+        message.vlm_decoding.CopyFrom(vlm_decoding(item.vlm_decoding))
     return message
+
+
+def vlm_decoding(totals: dict[str, float]) -> pb.VlmDecoding:
+    """The daemon's decoding sums as the API's message, with the rates derived from them."""
+    drafted = totals.get("drafted_tokens", 0.0)
+    generated = totals.get("generated_tokens", 0.0)
+    seconds = (totals.get("draft_ms", 0.0) + totals.get("target_ms", 0.0)) / 1000
+    return pb.VlmDecoding(
+        pages=int(totals.get("pages", 0)),
+        generated_tokens=int(generated),
+        drafted_tokens=int(drafted),
+        accepted_tokens=int(totals.get("accepted_tokens", 0)),
+        acceptance_rate=totals.get("accepted_tokens", 0.0) / drafted if drafted else 0.0,
+        tokens_per_second=generated / seconds if seconds else 0.0,
+        draft_ms=totals.get("draft_ms", 0.0),
+        target_ms=totals.get("target_ms", 0.0),
+        fallbacks=int(totals.get("fallbacks", 0)),
+    )
 
 
 def job_detail(detail: JobDetail) -> pb.GetJobResponse:

@@ -29,6 +29,25 @@ class PageReader(Protocol):
     def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText: ...
 
 
+DECODING_KEYS = ("generated_tokens", "drafted_tokens", "accepted_tokens", "draft_ms", "target_ms")
+
+
+def decoding_totals(pages: list[dict[str, Any]]) -> dict[str, float]:
+    """Sums of the VLM's decoding figures over pages' engine details (what the status API shows)."""
+    totals: dict[str, float] = {}
+    for details in pages:
+        cascade = details.get("cascade") or {}
+        if cascade.get("route") == "onnx_fallback":
+            totals["fallbacks"] = totals.get("fallbacks", 0.0) + 1
+        vlm = details.get("vlm_gguf")
+        if not vlm:
+            continue
+        totals["pages"] = totals.get("pages", 0.0) + 1
+        for key in DECODING_KEYS:
+            totals[key] = totals.get(key, 0.0) + float(vlm.get(key) or 0.0)
+    return totals
+
+
 def page_confidence(lines: list[Line]) -> float | None:
     characters = [c for line in lines for c in line.char_confidences]
     return sum(characters) / len(characters) if characters else None

@@ -189,3 +189,17 @@ class FakeVlmReader:
 
     def close(self) -> None:
         pass
+
+
+def unsure_engine_with_vlm() -> Any:
+    """An ONNX stand-in that reads with low confidence, paired with a VLM stand-in that corrects it."""
+    from appliance.engines.factory import EnginePair
+
+    return EnginePair(FixedTextEngine("INV0ICE 42", confidence=0.5), FakeVlmReader(["INVOICE 42"]))
+
+
+def unsure_engine_with_crashing_vlm() -> Any:
+    """As above, with a VLM that fails on every page (the ONNX read must stand)."""
+    from appliance.engines.factory import EnginePair
+
+    return EnginePair(FixedTextEngine("INV0ICE 42", confidence=0.5), FakeVlmReader([], outcome="crash"))

@@ -234,6 +234,7 @@ class GetStatusResponse(_message.Message):
     GPU_MEMORY_USED_BYTES_FIELD_NUMBER: _builtins.int
     GPU_MEMORY_BUDGET_BYTES_FIELD_NUMBER: _builtins.int
     RECENT_ERRORS_FIELD_NUMBER: _builtins.int
+    VLM_DECODING_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     uptime_seconds: _builtins.float
     state: Global___DaemonState.ValueType
@@ -253,6 +254,10 @@ class GetStatusResponse(_message.Message):
     def pages_per_second(self) -> Global___PagesPerSecond: ...
     @_builtins.property
     def recent_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecentError]: ...
+    @_builtins.property
+    def vlm_decoding(self) -> Global___VlmDecoding:
+        """absent until a page went to the vision-language model"""
+
     def __init__(
         self,
         *,
@@ -268,21 +273,76 @@ class GetStatusResponse(_message.Message):
         gpu_memory_used_bytes: _builtins.int | None = ...,
         gpu_memory_budget_bytes: _builtins.int | None = ...,
         recent_errors: _abc.Iterable[Global___RecentError] | None = ...,
+        vlm_decoding: Global___VlmDecoding | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "vlm_decoding", b"vlm_decoding"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["gpu_memory_budget_bytes"]  # noqa: Y015
     _WhichOneofArgType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes"]  # noqa: Y015
     _WhichOneofReturnType__gpu_memory_used_bytes: _TypeAlias = _typing.Literal["gpu_memory_used_bytes"]  # noqa: Y015
     _WhichOneofArgType__gpu_memory_used_bytes: _TypeAlias = _typing.Literal["_gpu_memory_used_bytes", b"_gpu_memory_used_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__vlm_decoding: _TypeAlias = _typing.Literal["vlm_decoding"]  # noqa: Y015
+    _WhichOneofArgType__vlm_decoding: _TypeAlias = _typing.Literal["_vlm_decoding", b"_vlm_decoding"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_memory_budget_bytes) -> _WhichOneofReturnType__gpu_memory_budget_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_memory_used_bytes) -> _WhichOneofReturnType__gpu_memory_used_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__vlm_decoding) -> _WhichOneofReturnType__vlm_decoding | None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
+
+@_typing.final
+class VlmDecoding(_message.Message):
+    """What speculative decoding did since the daemon started, summed over the pages the VLM read."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGES_FIELD_NUMBER: _builtins.int
+    GENERATED_TOKENS_FIELD_NUMBER: _builtins.int
+    DRAFTED_TOKENS_FIELD_NUMBER: _builtins.int
+    ACCEPTED_TOKENS_FIELD_NUMBER: _builtins.int
+    ACCEPTANCE_RATE_FIELD_NUMBER: _builtins.int
+    TOKENS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    DRAFT_MS_FIELD_NUMBER: _builtins.int
+    TARGET_MS_FIELD_NUMBER: _builtins.int
+    FALLBACKS_FIELD_NUMBER: _builtins.int
+    pages: _builtins.int
+    generated_tokens: _builtins.int
+    drafted_tokens: _builtins.int
+    accepted_tokens: _builtins.int
+    acceptance_rate: _builtins.float
+    """accepted / drafted; 0 when nothing was drafted"""
+    tokens_per_second: _builtins.float
+    """generated tokens / (draft + verification time)"""
+    draft_ms: _builtins.float
+    """time spent proposing tokens (the draft's cost)"""
+    target_ms: _builtins.float
+    """time the VLM spent verifying and writing"""
+    fallbacks: _builtins.int
+    """pages where the VLM failed or stopped and the ONNX read stood"""
+    def __init__(
+        self,
+        *,
+        pages: _builtins.int = ...,
+        generated_tokens: _builtins.int = ...,
+        drafted_tokens: _builtins.int = ...,
+        accepted_tokens: _builtins.int = ...,
+        acceptance_rate: _builtins.float = ...,
+        tokens_per_second: _builtins.float = ...,
+        draft_ms: _builtins.float = ...,
+        target_ms: _builtins.float = ...,
+        fallbacks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acceptance_rate", b"acceptance_rate", "accepted_tokens", b"accepted_tokens", "draft_ms", b"draft_ms", "drafted_tokens", b"drafted_tokens", "fallbacks", b"fallbacks", "generated_tokens", b"generated_tokens", "pages", b"pages", "target_ms", b"target_ms", "tokens_per_second", b"tokens_per_second"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VlmDecoding: _TypeAlias = VlmDecoding  # noqa: Y015
 
 @_typing.final
 class Job(_message.Message):
