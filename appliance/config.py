@@ -55,6 +55,9 @@ class PpocrOnnxConfig(_Strict):
     # Busy-waiting worker threads cost a recognition batch 316 instead of 221 ms on 2 cores.
     allow_spinning: StrictBool = False
     graph_optimization: Literal["basic", "extended", "all"] = "all"
+    # Fold Paddle's scalar Mul/Add pairs into the convolutions of the FP32 models at load: the same
+    # output (float rounding) with recognition about 1.3x and detection 1.15x faster on the CPU.
+    fold_affine: StrictBool = True
     det_limit_side_len: StrictInt = Field(default=1280, ge=320, le=4096)
     det_threshold: StrictFloat = Field(default=0.3, gt=0, lt=1)
     det_box_threshold: StrictFloat = Field(default=0.6, gt=0, lt=1)

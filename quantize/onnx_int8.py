@@ -6,7 +6,7 @@ Usage:
                                [--search] [--method static|dynamic] [--exclude NODE ...]
 
 INT8 steps, per model (why in each function): onnxruntime's basic graph level (BatchNorm and bias
-folding, Identity removal) -> the learnable-affine folding of quantize.graph -> opset 17 (per-
+folding, Identity removal) -> the learnable-affine folding of ppocr_onnx/graph.py -> opset 17 (per-
 channel QDQ needs >= 13) -> unique node names -> onnxruntime's quant_pre_process (shape
 inference) -> quantize_static with QDQ, per-channel weights, uint8 activations / int8 weights
 (x86 fuses only U8S8 QDQ Conv into QLinearConv; S8S8 ran 3x slower here), MinMax calibration
@@ -46,9 +46,9 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from appliance.engines.manifest import builtin_manifest_path, load_manifest, sha256_file, verify_models
 from appliance.engines.ppocr_onnx.engine import BUILTIN_MANIFEST, default_model_dir
+from appliance.engines.ppocr_onnx.graph import fold_affine_into_conv, name_nodes, optimize_basic
 from quantize.calibration import Feeds, collect_feeds, folder_pages, rendered_pages
 from quantize.evaluate import Drift, cpu_session, drift, run_all
-from quantize.graph import fold_affine_into_conv, name_nodes
 
 ROLES = ("det", "cls", "rec")
 OPSET = 17
@@ -77,14 +77,9 @@ class _Reader(CalibrationDataReader):  # type: ignore[misc]
 
 
 def prepare(role: str, source: Path, work: Path) -> Prepared:
-    """FP32 graph, simplified exactly: see the module docstring and quantize/graph.py."""
+    """FP32 graph, simplified exactly: see the module docstring and ppocr_onnx/graph.py."""
     basic = work / f"{role}_basic.onnx"
-    options = ort.SessionOptions()
-    # Basic level only: its rewrites are standard ONNX; extended/all emit CPU-only fused ops.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(basic)
-    options.log_severity_level = 3
-    ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
+    optimize_basic(source, basic)
     model = onnx.load(str(basic))
     model, folded = fold_affine_into_conv(model)
     model = version_converter.convert_version(model, OPSET)

@@ -6,12 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appliance.config import PpocrOnnxConfig, PrecisionConfig
 from appliance.engines.manifest import sha256_file
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine, default_model_dir
 from appliance.errors import ModelError
+from tests import rendering
 
 
 def _variant_set(root: Path, precision: str = "int8", tamper: bool = False) -> Path:
@@ -67,3 +69,17 @@ def test_precision_mismatch_is_refused(tmp_path: Path) -> None:
     config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
     with pytest.raises(ModelError, match="asks for int8"):
         PpocrOnnxEngine(config)
+
+
+def test_folding_at_load_reads_the_same(engine: PpocrOnnxEngine) -> None:
+    """The default engine folds the affine pairs at load; its lines match the unfolded engine's."""
+    unfolded = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", fold_affine=False))
+    folded = {model["role"]: model["affine_folded_at_load"] for model in engine.describe()["models"]}
+    assert folded["det"] > 0 and folded["rec"] > 0
+    assert all(model["affine_folded_at_load"] == 0 for model in unfolded.describe()["models"])
+    for page in (rendering.receipt(), rendering.chinese_page()):
+        ours, theirs = engine.recognize(page.bgr()), unfolded.recognize(page.bgr())
+        assert [line.text for line in ours.lines] == [line.text for line in theirs.lines]
+        for mine, other in zip(ours.lines, theirs.lines, strict=True):
+            assert np.allclose(mine.char_confidences, other.char_confidences, atol=1e-3)
+            assert mine.box == other.box

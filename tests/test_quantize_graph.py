@@ -10,8 +10,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 from appliance.engines.ppocr_onnx import default_model_dir  # noqa: E402
+from appliance.engines.ppocr_onnx.graph import fold_affine_into_conv, name_nodes  # noqa: E402
 from quantize.evaluate import cpu_session, edit_distance  # noqa: E402
-from quantize.graph import fold_affine_into_conv, name_nodes  # noqa: E402
 from quantize.onnx_int8 import prepare  # noqa: E402
 
 

@@ -22,6 +22,7 @@ from appliance.engines.manifest import (
 )
 from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
+from appliance.engines.ppocr_onnx.graph import folded_model
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
@@ -137,8 +138,17 @@ class PpocrOnnxEngine:
             paths[role] = verify_models(variant, Path(variant.source).parent, roles=(role,))[role]
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
+        self._folded: dict[str, int] = {}
         sessions = {}
         for role in roles:
+            model = None
+            # Derived sets are folded by quantize.onnx_int8 already; the originals are folded here,
+            # after their hash check, so the manifest keeps describing the shipped files.
+            if config.fold_affine and self._entries[role].precision == "fp32":
+                try:
+                    model, self._folded[role] = folded_model(paths[role])
+                except Exception as error:  # onnx/onnxruntime raise their own untyped errors
+                    raise ModelError(f"cannot fold {paths[role]} at load: {error}") from None
             sessions[role], self._sessions[role] = create_session(
                 paths[role],
                 config.provider,
@@ -146,6 +156,7 @@ class PpocrOnnxEngine:
                 config.inter_op_threads,
                 allow_spinning=config.allow_spinning,
                 graph_level=config.graph_optimization,
+                model=model,
             )
         self._detector = TextDetector(
             sessions["det"],
@@ -177,6 +188,7 @@ class PpocrOnnxEngine:
                     "file": entry.file,
                     "sha256": entry.sha256,
                     "precision": entry.precision,
+                    "affine_folded_at_load": self._folded.get(entry.role, 0),
                     "provider": info.provider if info else None,
                     "fallback_reason": info.fallback_reason if info else None,
                 }

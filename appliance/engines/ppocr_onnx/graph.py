@@ -1,4 +1,4 @@
-"""Exact FP32 graph rewrites applied before quantization (and usable on their own).
+"""Exact FP32 graph rewrites: done by the engine when it loads a model, and before quantization.
 
 PP-OCRv5's PP-LCNetV3 backbones follow every convolution with a "learnable affine block": a
 scalar Mul and a scalar Add, and every hard-swish with another one. onnxruntime folds BatchNorm
@@ -14,8 +14,12 @@ convolution weights is exact up to float rounding:
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import numpy_helper
 
 
@@ -226,3 +230,29 @@ def name_nodes(model: onnx.ModelProto) -> int:
         taken.add(candidate)
         named += 1
     return named
+
+
+def optimize_basic(source: Path, target: Path) -> None:
+    """Write the model after onnxruntime's basic level (BatchNorm and bias folded, Identity removed).
+
+    Basic only: its rewrites are standard ONNX ops; extended/all emit CPU-only fused ops.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(target)
+    options.log_severity_level = 3
+    ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def folded_model(source: Path) -> tuple[bytes, int]:
+    """The serialized model with the affine pairs folded into its convolutions, and how many were.
+
+    Done in memory when the engine loads an FP32 model, after its sha256 was checked, so the
+    shipped files and their manifest stay the originals.
+    """
+    with tempfile.TemporaryDirectory(prefix="ppocr-fold-") as tmp:
+        basic = Path(tmp) / "basic.onnx"
+        optimize_basic(source, basic)
+        model = onnx.load(str(basic))
+    model, folded = fold_affine_into_conv(model)
+    return model.SerializeToString(), folded

@@ -62,8 +62,9 @@ def create_session(
     *,
     allow_spinning: bool = False,
     graph_level: GraphLevel = "all",
+    model: bytes | None = None,
 ) -> tuple[ort.InferenceSession, SessionInfo]:
-    """Open a model on the requested provider.
+    """Open a model on the requested provider (`model`: the serialized graph to run instead of path's).
 
     onnxruntime silently drops to the CPU when the CUDA provider cannot load its libraries, so the
     provider list of the created session is checked: `cuda` then fails loudly, and `auto` records
@@ -82,7 +83,7 @@ def create_session(
     wanted = [CUDA, CPU] if provider in ("cuda", "auto") and CUDA in available else [CPU]
     try:
         session = ort.InferenceSession(
-            str(path),
+            model if model is not None else str(path),
             sess_options=_session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level),
             providers=wanted,
         )
