@@ -193,7 +193,9 @@ def _manifest_for(
     files = {"model": model, "mmproj": mmproj}
     if draft is not None:
         files["draft"] = draft
-    return write_vlm_manifest(folder / "manifest.json", name, family, files, origin="quantize.gguf convert")
+    return write_vlm_manifest(
+        folder / "manifest.json", name, family, files, origin="quantize.gguf convert", verify=True
+    )
 
 
 def _manifest(args: argparse.Namespace) -> int:
@@ -207,7 +209,12 @@ def _manifest(args: argparse.Namespace) -> int:
             raise SystemExit(f"--{role} {path}: must sit in the manifest's folder {folder}")
     try:
         manifest = write_vlm_manifest(
-            out, args.name or folder.name, args.family, files, origin=args.origin or "site-provided GGUF"
+            out,
+            args.name or folder.name,
+            args.family,
+            files,
+            origin=args.origin or "site-provided GGUF",
+            verify=True,
         )
     except ModelError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -27,6 +27,10 @@ from quantize.gguf import convert_hf_checkpoint, resolve_llama_src
 # Seeds fixed per family and role so the files are reproducible byte for byte on one torch version.
 _SEEDS = {"smolvlm": (1101, 1102), "qwen2vl": (2201, 2202)}
 _VOCAB_SIZE = 1024
+# Weights drawn with std 0.3 instead of transformers' 0.02: with 0.02 every prompt and image gives the
+# same token over and over; at 0.3 the greedy output depends on the image and the text, so tests can
+# tell inputs apart and a draft is sometimes right and sometimes wrong.
+_INIT_STD = 0.3
 # The converter recognises a BPE pre-tokenizer by hashing how it splits a test string; ours is the
 # GPT-2 byte-level regex, which llama.cpp implements under this name, so it is named, not hashed.
 _PRE_TOKENIZER = "gpt-2"
@@ -187,6 +191,7 @@ def _build_smolvlm(vocab: dict[str, int], out_dir: Path) -> None:
             "num_attention_heads": 2,
             "image_size": 32,
             "patch_size": 8,
+            "initializer_range": _INIT_STD,
         },
         text_config={
             "model_type": "llama",
@@ -198,6 +203,7 @@ def _build_smolvlm(vocab: dict[str, int], out_dir: Path) -> None:
             "num_key_value_heads": 2,
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-5,
+            "initializer_range": _INIT_STD,
             "tie_word_embeddings": True,
             "bos_token_id": vocab["<|im_start|>"],
             "eos_token_id": vocab["<end_of_utterance>"],
@@ -240,6 +246,7 @@ def _build_llama_draft(vocab: dict[str, int], out_dir: Path) -> None:
         num_key_value_heads=1,
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
+        initializer_range=_INIT_STD,
         tie_word_embeddings=True,
         bos_token_id=vocab["<|im_start|>"],
         eos_token_id=vocab["<end_of_utterance>"],
@@ -263,6 +270,7 @@ def _build_qwen2vl(vocab: dict[str, int], out_dir: Path) -> None:
             "num_key_value_heads": 2,
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-6,
+            "initializer_range": _INIT_STD,
             "tie_word_embeddings": True,
             # M-RoPE: temporal/height/width sections of the rotary half-dimension (8 = 16 / 2).
             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
@@ -281,6 +289,7 @@ def _build_qwen2vl(vocab: dict[str, int], out_dir: Path) -> None:
             "patch_size": 14,
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
+            "initializer_range": _INIT_STD,
         },
         image_token_id=vocab["<|image_pad|>"],
         video_token_id=vocab["<|video_pad|>"],
@@ -319,6 +328,7 @@ def _build_qwen2_draft(vocab: dict[str, int], out_dir: Path) -> None:
         num_key_value_heads=1,
         max_position_embeddings=4096,
         rms_norm_eps=1e-6,
+        initializer_range=_INIT_STD,
         tie_word_embeddings=True,
         bos_token_id=vocab["<|endoftext|>"],
         eos_token_id=vocab["<|im_end|>"],

@@ -149,15 +149,16 @@ def test_missing_file_and_every_problem_listed(tmp_path: Path) -> None:
 def test_draft_from_other_family_refused(tmp_path: Path) -> None:
     folder = copy_set("smolvlm", tmp_path)
     shutil.copy(FIXTURES / "qwen2vl" / "draft-f32.gguf", folder / "draft-f32.gguf")
-    # Even a manifest written for the swapped files refuses them: the vocabularies differ.
+    files = {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj", "draft")}
+    # Writing with verify=True refuses the swapped files: the vocabularies differ.
     with pytest.raises(ModelError, match="vocabulary") as caught:
-        write_vlm_manifest(
-            folder / "manifest.json",
-            "mixed",
-            "smolvlm",
-            {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj", "draft")},
-        )
+        write_vlm_manifest(folder / "manifest.json", "mixed", "smolvlm", files, verify=True)
     assert "draft draft-f32.gguf" in str(caught.value)
+    assert load_vlm_manifest(folder / "manifest.json").name == "tiny-smolvlm"  # left as it was
+    # Written without verifying, the set is recorded as it is and refused when verified.
+    write_vlm_manifest(folder / "mixed.json", "mixed", "smolvlm", files)
+    with pytest.raises(ModelError, match="a draft must share the model's tokenizer"):
+        verify_vlm_files(load_vlm_manifest(folder / "mixed.json"), folder)
     # Against the original manifest: hash, architecture and vocabulary all named.
     shutil.copy(FIXTURES / "smolvlm" / "manifest.json", folder / "manifest.json")
     message = verify_problems(folder, check_hashes=False)
@@ -173,6 +174,7 @@ def test_model_given_as_mmproj_refused(tmp_path: Path) -> None:
             "wrong",
             "qwen2vl",
             {"model": folder / "model-f32.gguf", "mmproj": folder / "model-f32.gguf"},
+            verify=True,
         )
     shutil.copy(folder / "model-f32.gguf", folder / "mmproj-f32.gguf")
     message = verify_problems(folder, check_hashes=False)
@@ -188,6 +190,7 @@ def test_projector_given_as_model_refused(tmp_path: Path) -> None:
             "wrong",
             "smolvlm",
             {"model": folder / "mmproj-f32.gguf", "mmproj": folder / "mmproj-f32.gguf"},
+            verify=True,
         )
 
 

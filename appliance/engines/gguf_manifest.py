@@ -308,12 +308,14 @@ def _without_path(message: str, path: Path) -> str:
 
 
 def write_vlm_manifest(
-    path: Path, name: str, family: str, files: dict[str, Path], origin: str = ""
+    path: Path, name: str, family: str, files: dict[str, Path], *, origin: str = "", verify: bool = False
 ) -> VlmManifest:
     """Write manifest.json for files (role -> path, all in path's folder), computed from the files.
 
-    The set is verified as it would be when loaded (roles, projector, shared draft vocabulary), so a
-    manifest is never written for a set that would then be refused.
+    Every file must be a readable GGUF. With verify=True the set is also checked as it would be when
+    loaded (an mmproj that is a projector, a draft sharing the model's vocabulary) and nothing is
+    written for a set that would then be refused; without it a mismatched set is recorded as it is,
+    so the check at load time is what refuses it.
     """
     unknown = sorted(set(files) - set(ROLES))
     if unknown:
@@ -342,7 +344,8 @@ def write_vlm_manifest(
     for role in ("model", "mmproj"):
         if manifest.entry(role) is None:
             raise ModelError(f"a VLM set needs a {role} file")
-    verify_vlm_files(manifest, folder, check_hashes=False)
+    if verify:
+        verify_vlm_files(manifest, folder, check_hashes=False)
     document = {
         "version": MANIFEST_VERSION,
         "name": name,
