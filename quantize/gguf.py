@@ -27,6 +27,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import get_args
 
 from appliance.engines.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
 from appliance.errors import ModelError
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     convert.add_argument(
         "--draft-hf", type=Path, help="HF checkpoint of a text-only draft on the same vocabulary"
     )
-    convert.add_argument("--family", required=True, help="e.g. qwen2vl, smolvlm, lightonocr, paddleocr_vl")
+    convert.add_argument("--family", required=True, help="qwen2vl, smolvlm, lightonocr, paddleocr_vl, ...")
     convert.add_argument("--out", type=Path, required=True)
     convert.add_argument("--name", help="manifest name (default: the checkpoint folder's name)")
     convert.add_argument(
@@ -265,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     manifest.set_defaults(run=_manifest)
 
     args = parser.parse_args(argv)
+    # The engine picks its prompt and output parser by family: a name it does not know is refused
+    # here rather than when the appliance starts. Imported late: tiny_vlm runs without pydantic.
+    from appliance.config import VlmFamily
+
+    if args.family not in get_args(VlmFamily):
+        parser.error(f"--family {args.family!r}: one of {', '.join(get_args(VlmFamily))}")
     result: int = args.run(args)
     return result
 
