@@ -223,3 +223,30 @@ def test_manifest_not_json_refused(tmp_path: Path) -> None:
         load_vlm_manifest(path)
     with pytest.raises(ModelError, match="cannot read"):
         load_vlm_manifest(tmp_path / "absent.json")
+
+
+def test_scrambled_headers_give_model_errors_only(tmp_path: Path) -> None:
+    """Any cut or flipped header byte is a ModelError or still reads: never another exception."""
+    data = (FIXTURES / "qwen2vl" / "mmproj-f32.gguf").read_bytes()
+    path = tmp_path / "scrambled.gguf"
+    outcomes = {"refused": 0, "read": 0}
+    for position in range(4, 3000, 11):
+        flipped = bytearray(data)
+        flipped[position] ^= 0xA5
+        for content in (bytes(flipped), data[:position]):
+            path.write_bytes(content)
+            try:
+                read_gguf_info(path)
+            except ModelError as error:
+                assert "scrambled.gguf" in str(error)
+                outcomes["refused"] += 1
+            else:
+                outcomes["read"] += 1
+    # Every cut inside the header is refused; some flips (inside a value) still read.
+    assert outcomes["refused"] >= len(range(4, 3000, 11))
+    assert outcomes["read"] > 0
+
+
+def test_a_folder_is_not_a_gguf_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="is a folder"):
+        read_gguf_info(tmp_path)
