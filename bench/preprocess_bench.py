@@ -328,6 +328,12 @@ def _check(steps: list[dict[str, Any]]) -> dict[str, Any]:
     return next((step for step in steps if step["step"] == "orientation_check"), {})
 
 
+def _cell(results: list[dict[str, Any]], width: int) -> str:
+    """CER of the pages in a cell and their number (runs merged by --report may differ in pages)."""
+    text = f"{_cer(results):.2%} ({len(results)})" if results else "-"
+    return f"{text:>{width}}"
+
+
 def report(results: list[dict[str, Any]]) -> None:
     names = list(dict.fromkeys(r["dataset"] for r in results))
 
@@ -338,24 +344,22 @@ def report(results: list[dict[str, Any]]) -> None:
             if r["dataset"] == dataset and r["variant"] == variant and r["config"] == config
         ]
 
-    print("\nAblation on the upright pages: CER geo (whitespace-free, micro-averaged)")
+    print("\nAblation on the upright pages: CER geo (whitespace-free, micro-averaged; pages)")
     configs = list(dict.fromkeys(r["config"] for r in results if r["variant"] == "upright"))
-    print(f"{'config':<14}" + "".join(f"{name:>14}" for name in names))
+    print(f"{'config':<14}" + "".join(f"{name:>16}" for name in names))
     for config in configs:
-        cells = [pick(name, "upright", config) for name in names]
-        print(f"{config:<14}" + "".join(f"{_cer(c):>14.2%}" if c else f"{'-':>14}" for c in cells))
+        print(f"{config:<14}" + "".join(_cell(pick(name, "upright", config), 16) for name in names))
 
     variants = list(dict.fromkeys(r["variant"] for r in results))
     var_configs = list(dict.fromkeys(r["config"] for r in results if r["variant"] != "upright"))
-    print("\nDamaged copies: CER geo per variant and config")
+    print("\nDamaged copies: CER geo per variant and config (pages)")
     header = f"{'variant':<12}" + "".join(f"{f'{n[:8]} {c}':>20}" for n in names for c in var_configs)
     print(header)
     for variant in variants:
         row = f"{variant:<12}"
         for name in names:
             for config in var_configs:
-                found = pick(name, variant, config)
-                row += f"{_cer(found):>20.2%}" if found else f"{'-':>20}"
+                row += _cell(pick(name, variant, config), 20)
         print(row)
 
     print("\nOrientation (default config): pages turned right, engine reads per page, check cost")
