@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in args.datasets:
         pages, case_insensitive = load_dataset(folder, args.limit)
         for page in pages:
-            for config in args.ablation.split(","):
+            for config in filter(None, args.ablation.split(",")):  # --ablation "": variants only
                 jobs.append(Job(folder.name, page, case_insensitive, "upright", config))
             for variant in args.variants.split(","):
                 if variant == "upright":
