@@ -72,6 +72,7 @@ class Family:
     build_main: Callable[[dict[str, int], Path], None]
     build_draft: Callable[[dict[str, int], Path], None]
     notes: str
+    tokenizer: str = "bpe"  # "bpe": byte-level BPE (tokenizer.json); "sentencepiece": tokenizer.model
 
 
 # SmolVLM/Idefics3 layout: the libmtmd idefics3 path looks these tokens up by text when it lays out
@@ -336,6 +337,183 @@ def _build_qwen2_draft(vocab: dict[str, int], out_dir: Path) -> None:
     _save(Qwen2ForCausalLM(config).eval(), out_dir)
 
 
+# PaddleOCR-VL: ERNIE-4.5 text with M-RoPE, a SigLIP-style vision tower and a 2x2 merging projector
+# ("mlp_AR"). Its converter path reads only a SentencePiece tokenizer.model.
+_PADDLE_SEEDS = (4401, 4402)  # model, draft
+_PADDLE_TOKENS = (
+    "<|IMAGE_START|>",
+    "<|IMAGE_END|>",
+    "<|IMAGE_PLACEHOLDER|>",
+    "<|begin_of_sentence|>",
+    "<|end_of_sentence|>",
+)
+# As PaddleOCR-VL's own template: the image parts first, then the text, "\n" after the user's turn.
+_PADDLE_TEMPLATE = (
+    "<|begin_of_sentence|>{% for message in messages %}"
+    "{% if message['role'] == 'user' %}User: {% elif message['role'] == 'assistant' %}Assistant: {% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{% if message['role'] == 'assistant' %}<|end_of_sentence|>{% else %}{{ '\\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Assistant: {% endif %}"
+)
+
+
+def _train_sentencepiece(family: Family, out_dir: Path) -> dict[str, int]:
+    """Trains a SentencePiece BPE (byte fallback) with the family's markers; returns piece -> id."""
+    import sentencepiece as spm
+
+    paragraphs = [line for line in (_CORPUS_EN + _CORPUS_ZH).splitlines() if line]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(paragraphs * 3),
+        model_prefix=str(out_dir / "tokenizer"),
+        vocab_size=_VOCAB_SIZE,
+        model_type="bpe",
+        character_coverage=1.0,
+        byte_fallback=True,  # any character still encodes, as bytes
+        split_digits=True,
+        # User-defined pieces are matched in the text before the BPE splits it: the markers stay whole.
+        user_defined_symbols=list(family.special_tokens),
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        add_dummy_prefix=False,
+        num_threads=1,  # one thread: the same pieces on every run
+        minloglevel=2,
+    )
+    processor = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
+    vocab = {processor.id_to_piece(index): index for index in range(processor.get_piece_size())}
+    config = {
+        "tokenizer_class": "LlamaTokenizer",
+        "bos_token": family.bos,
+        "eos_token": family.eos,
+        "pad_token": family.pad,
+        "unk_token": "<unk>",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        # Trained without SentencePiece's dummy prefix: llama.cpp must not add a leading space either.
+        "add_prefix_space": False,
+        "chat_template": family.chat_template,
+        "added_tokens_decoder": {
+            str(vocab[token]): {
+                "content": token,
+                "special": True,
+                "normalized": False,
+                "lstrip": False,
+                "rstrip": False,
+                "single_word": False,
+            }
+            for token in family.special_tokens
+        },
+    }
+    _write_json(out_dir / "tokenizer_config.json", config)
+    return vocab
+
+
+def _build_paddleocr_vl(vocab: dict[str, int], out_dir: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration
+
+    torch.manual_seed(_PADDLE_SEEDS[0])
+    config = PaddleOCRVLConfig(
+        text_config={
+            "vocab_size": len(vocab),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-5,
+            "initializer_range": _INIT_STD,
+            "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": vocab["<s>"],
+            "eos_token_id": vocab["</s>"],
+            "pad_token_id": vocab["<pad>"],
+        },
+        # 14-pixel patches merged 2x2. Three blocks: the converter maps the projector's linear_1 and
+        # linear_2 through the block-index table, which has as many entries as there are blocks.
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "patch_size": 14,
+            "initializer_range": _INIT_STD,
+        },
+        image_token_id=vocab["<|IMAGE_PLACEHOLDER|>"],
+        vision_start_token_id=vocab["<|IMAGE_START|>"],
+        vision_end_token_id=vocab["<|IMAGE_END|>"],
+        video_token_id=vocab["<|IMAGE_PLACEHOLDER|>"],
+        tie_word_embeddings=True,
+    )
+    model = PaddleOCRVLForConditionalGeneration(config).eval()
+    _save(model, out_dir)
+    # llama.cpp's converter reads the tensor names of the published checkpoint (ERNIE under
+    # "model.", the vision tower under "visual.", the projector as "mlp_AR"), not transformers' own.
+    renamed = {
+        name.replace("model.language_model.", "model.")
+        .replace("model.visual.", "visual.")
+        .replace("model.projector.", "mlp_AR."): tensor.contiguous()
+        for name, tensor in model.state_dict().items()
+        if name != "lm_head.weight"  # tied to the embeddings
+    }
+    for stale in out_dir.glob("*.safetensors*"):
+        stale.unlink()
+    save_file(renamed, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+    def name_classes(c: dict[str, Any]) -> None:
+        c["architectures"] = ["PaddleOCRVLForConditionalGeneration"]
+        c["vision_config"]["architectures"] = ["PaddleOCRVisionModel"]
+
+    _patch_config(out_dir, name_classes)
+    # The converter sets the tile size from max_pixels; a 64 px page becomes 2x2 merged tokens.
+    _write_json(
+        out_dir / "preprocessor_config.json",
+        {
+            "image_processor_type": "PaddleOCRVLImageProcessor",
+            "min_pixels": 56 * 56,
+            "max_pixels": 224 * 224,
+            "patch_size": 14,
+            "merge_size": 2,
+            "temporal_patch_size": 1,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+        },
+    )
+
+
+def _build_ernie_draft(vocab: dict[str, int], out_dir: Path) -> None:
+    import torch
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    torch.manual_seed(_PADDLE_SEEDS[1])
+    config = Ernie4_5Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        initializer_range=_INIT_STD,
+        tie_word_embeddings=True,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        pad_token_id=vocab["<pad>"],
+    )
+    _save(Ernie4_5ForCausalLM(config).eval(), out_dir)
+
+
 FAMILIES: dict[str, Family] = {
     "smolvlm": Family(
         name="smolvlm",
@@ -359,6 +537,18 @@ FAMILIES: dict[str, Family] = {
         build_draft=_build_qwen2_draft,
         notes="Qwen2VLForConditionalGeneration; draft: Qwen2ForCausalLM",
     ),
+    "paddleocr_vl": Family(
+        name="paddleocr_vl",
+        special_tokens=_PADDLE_TOKENS,
+        bos="<s>",
+        eos="</s>",
+        pad="<pad>",
+        chat_template=_PADDLE_TEMPLATE,
+        build_main=_build_paddleocr_vl,
+        build_draft=_build_ernie_draft,
+        notes="PaddleOCRVLForConditionalGeneration (ERNIE-4.5 text, SigLIP vision); draft: Ernie4_5 text",
+        tokenizer="sentencepiece",
+    ),
 }
 
 
@@ -381,7 +571,8 @@ def build_family(family: Family, out_dir: Path, llama_src: Path, work_dir: Path)
     draft_dir = work_dir / family.name / "draft"
     for directory in (main_dir, draft_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    vocab = _train_tokenizer(family, main_dir)
+    train = _train_sentencepiece if family.tokenizer == "sentencepiece" else _train_tokenizer
+    vocab = train(family, main_dir)
     # The draft gets a byte-identical copy of the main model's tokenizer files: the same vocabulary.
     for tokenizer_file in main_dir.iterdir():
         shutil.copy2(tokenizer_file, draft_dir / tokenizer_file.name)

@@ -18,7 +18,7 @@ from appliance.errors import ModelError
 from appliance.hashing import sha256_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
-FAMILIES = ("smolvlm", "qwen2vl")
+FAMILIES = ("smolvlm", "qwen2vl", "paddleocr_vl")
 
 
 def copy_set(family: str, into: Path) -> Path:
@@ -250,3 +250,13 @@ def test_scrambled_headers_give_model_errors_only(tmp_path: Path) -> None:
 def test_a_folder_is_not_a_gguf_file(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="is a folder"):
         read_gguf_info(tmp_path)
+
+
+def test_paddleocr_vl_set_reads_as_its_architectures() -> None:
+    """PaddleOCR-VL: ERNIE text ("paddleocr"), a SentencePiece vocabulary, an ERNIE draft sharing it."""
+    model = read_gguf_info(FIXTURES / "paddleocr_vl" / "model-f32.gguf")
+    draft = read_gguf_info(FIXTURES / "paddleocr_vl" / "draft-f32.gguf")
+    mmproj = read_gguf_info(FIXTURES / "paddleocr_vl" / "mmproj-f32.gguf")
+    assert (model.architecture, draft.architecture) == ("paddleocr", "ernie4_5")
+    assert model.vocab_sha256 == draft.vocab_sha256
+    assert mmproj.projector_type == "paddleocr"
