@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, greedy_decode
-from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft
+from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from tests.fakes.language_model import CyclingModel, MarkovModel
 
@@ -150,3 +150,34 @@ def test_hint_draft_follows_the_cursor_through_repeated_words() -> None:
     assert draft.propose([10, 11, 12], 2) == [10, 11]
     assert draft.propose([10, 11, 12, 10, 11], 2) == [13, 14]
     assert draft.propose([99], 2) == []
+
+
+def _chars(text: str) -> list[int]:
+    """A toy tokenizer: one token per character (its code point)."""
+    return [ord(char) for char in text]
+
+
+def test_text_hint_aligns_by_text_when_the_model_splits_words_its_own_way() -> None:
+    pieces = {1: b"HEL", 2: b"LO", 3: b" W"}  # the model's own tokens, not the tokenizer's
+    draft = TextHintDraft("HELLO WORLD", lambda token: pieces[token], _chars)
+    assert draft.propose([], 3) == _chars("HEL")
+    # After "HEL" + "LO" the hint continues with " WORLD": proposed afresh from the text.
+    assert draft.propose([1, 2], 4) == _chars(" WOR")
+    assert draft.propose([1, 2, 3], 20) == _chars("ORLD")
+    # A generation that left the hint gets no proposal.
+    pieces[4] = b"XYZXYZ"
+    assert draft.propose([1, 2, 3, 4], 4) == []
+
+
+def test_text_hint_drops_a_token_cut_by_the_fragment_end() -> None:
+    # A tokenizer that merges "AB" pairs: a fragment ending inside a pair would end on "A" alone.
+    def pairs(text: str) -> list[int]:
+        return [
+            ord(text[i]) * 1000 + (ord(text[i + 1]) if i + 1 < len(text) else 0)
+            for i in range(0, len(text), 2)
+        ]
+
+    hint = "AB" * 100
+    draft = TextHintDraft(hint, lambda token: b"", pairs)
+    proposal = draft.propose([], 2)
+    assert proposal == [ord("A") * 1000 + ord("B")] * 2

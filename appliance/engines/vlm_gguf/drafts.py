@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -122,3 +122,72 @@ class ModelDraft:
 
     def observe(self, generated: Sequence[int]) -> None:
         self._sync(generated)
+
+
+class TextHintDraft:
+    """Drafts from a hint aligned by text, not tokens: robust to the model splitting words its own way.
+
+    A model may write "Hel" + "lo" where its tokenizer would write "Hello"; a token n-gram lookup
+    then finds nothing, though the text agrees. Here the generated text's tail is found in the hint
+    (near where the last match ended) and the hint text after it is tokenized afresh, so the
+    proposal starts exactly where the generation stands.
+    """
+
+    name = "ocr_hint"
+
+    def __init__(
+        self,
+        hint: str,
+        piece: Callable[[int], bytes],
+        tokenize: Callable[[str], list[int]],
+        tails: tuple[int, ...] = (48, 24, 12, 6),
+    ) -> None:
+        self._hint = hint.encode("utf-8")
+        self._piece = piece
+        self._tokenize = tokenize
+        self._tails = tails
+        self._text = bytearray()  # the generated text so far (generation only ever grows)
+        self._seen = 0  # generated tokens already spelled into _text
+        self._cursor = 0  # hint byte offset just after the last aligned tail
+
+    def _catch_up(self, generated: Sequence[int]) -> None:
+        for token in generated[self._seen :]:
+            self._text.extend(self._piece(token))
+        self._seen = len(generated)
+
+    def _position(self) -> int | None:
+        """Hint offset where the generation stands, or None when the tail is not in the hint."""
+        if not self._text:
+            return 0
+        for length in self._tails:
+            tail = bytes(self._text[-length:])
+            if len(tail) < min(length, len(self._text)):
+                continue
+            # Search from a little before the cursor: the generation moves forward through the page.
+            found = self._hint.find(tail, max(0, self._cursor - len(tail) - 64))
+            if found < 0:
+                found = self._hint.find(tail)
+            if found >= 0:
+                self._cursor = found + len(tail)
+                return self._cursor
+        return None
+
+    def propose(self, generated: Sequence[int], k: int) -> list[int]:
+        if k <= 0:
+            return []
+        self._catch_up(generated)
+        position = self._position()
+        if position is None or position >= len(self._hint):
+            return []
+        # Enough text for k tokens; a fragment cut mid-word would end in a token the model never
+        # writes there, so the last token is dropped unless the fragment reaches the hint's end.
+        fragment = self._hint[position : position + 16 * (k + 1)]
+        reaches_end = position + len(fragment) >= len(self._hint)
+        text = fragment.decode("utf-8", errors="ignore")
+        tokens = self._tokenize(text)
+        if not reaches_end:
+            tokens = tokens[:-1]
+        return tokens[:k]
+
+    def observe(self, generated: Sequence[int]) -> None:
+        return None

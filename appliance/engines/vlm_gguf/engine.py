@@ -18,7 +18,7 @@ from appliance.engines.base import PageText
 from appliance.engines.gguf_manifest import load_vlm_manifest, verify_vlm_files
 from appliance.engines.vlm_gguf import runtime
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
-from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft
+from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from appliance.engines.vlm_gguf.memory import MemoryPlan, ModelShape, plan_memory
 from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out
@@ -184,14 +184,28 @@ class VlmGgufEngine:
             "fallbacks": list(self._fallbacks),
         }
 
+    def text_of(self, tokens: list[int]) -> str:
+        """The text of tokens as the model writes them (for hints built from a model's own output)."""
+        return b"".join(self._model.piece(token) for token in tokens).decode("utf-8", errors="replace")
+
     def recognize(self, image: np.ndarray) -> PageText:
         return self.read(image)
 
-    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
-        """Read one BGR page; `hint` is the page's text as another engine read it (the draft source)."""
+    def read(
+        self,
+        image: np.ndarray,
+        hint: str | None = None,
+        deadline: float | None = None,
+        hint_tokens: list[int] | None = None,
+    ) -> PageText:
+        """Read one BGR page; `hint` is the page's text as another engine read it (the draft source).
+
+        `hint_tokens` drafts from exact tokens instead (benchmarks: a model's own earlier output
+        gives the upper bound of what drafting can buy).
+        """
         started = time.perf_counter()
         height, width = image.shape[:2]
-        page = self._read_page(image, hint, deadline)
+        page = self._read_page(image, hint, deadline, hint_tokens)
         total_ms = (time.perf_counter() - started) * 1000
         lines = self._lines(page.lines, width, height)
         warnings = []
@@ -219,14 +233,16 @@ class VlmGgufEngine:
             rgb = cv2.resize(rgb, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
         return rgb
 
-    def _read_page(self, image: np.ndarray, hint: str | None, deadline: float | None) -> PageRead:
+    def _read_page(
+        self, image: np.ndarray, hint: str | None, deadline: float | None, hint_tokens: list[int] | None
+    ) -> PageRead:
         model, context = self._model, self._context
         messages = self.profile.messages(self._projector.marker)
         prompt = runtime.render_prompt(model, messages)
         prompt_started = time.perf_counter()
         result = runtime.evaluate_prompt(self._projector, context, prompt, self._scaled(image))
         prompt_ms = (time.perf_counter() - prompt_started) * 1000
-        draft = self._draft_source(hint, result.text_tokens)
+        draft = self._draft_source(hint, result.text_tokens, hint_tokens)
         pieces_cache: dict[int, bytes] = {}
 
         def piece(token: int) -> bytes:
@@ -267,17 +283,21 @@ class VlmGgufEngine:
             "prompt_ms": round(prompt_ms, 2),
             "decode_ms": round(decode_ms, 2),
             "stop_reason": generation.stop_reason,
-            "hint_tokens": len(self._hint_tokens) if hint else 0,
+            "hint_tokens": len(self._hint_tokens),
             **generation.stats.to_dict(),
         }
         return PageRead(parse_answer(text, confidences, self.profile.output_format), generation, details)
 
-    def _draft_source(self, hint: str | None, prompt_text_tokens: list[int]) -> DraftSource | None:
+    def _draft_source(
+        self, hint: str | None, prompt_text_tokens: list[int], hint_tokens: list[int] | None
+    ) -> DraftSource | None:
         source = self._config.draft.source
-        self._hint_tokens: list[int] = []
+        self._hint_tokens: list[int] = list(hint_tokens or [])
+        if hint_tokens:
+            return HintDraft(hint_tokens)
         if source == "ocr_hint" and hint:
             self._hint_tokens = self._model.tokenize(hint)
-            return HintDraft(self._hint_tokens)
+            return TextHintDraft(hint, self._model.piece, self._model.tokenize)
         if source == "model" and self._draft_context is not None:
             self._draft_context.reset()
             # The draft model cannot see the image: it gets the prompt's text and what was written.

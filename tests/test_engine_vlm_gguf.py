@@ -1,0 +1,194 @@
+"""The vlm_gguf engine end to end on tiny real-architecture GGUF models, on the CPU with one thread."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from appliance.config import VlmGgufConfig
+from appliance.engines.gguf_manifest import write_vlm_manifest
+from appliance.engines.vlm_gguf.engine import VlmGgufEngine
+from appliance.errors import ModelError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
+FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl")
+
+
+def _page(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (96, 128, 3), dtype=np.uint8)
+
+
+def _engine(family: str, model_dir: Path | None = None, **settings: Any) -> VlmGgufEngine:
+    values: dict[str, Any] = {
+        "model_dir": model_dir or FIXTURES / family,
+        "device": "cpu",
+        "threads": 1,
+        "image_max_side": 128,
+        "max_tokens_per_page": 48,
+        # Random models loop; these tests look at drafting, so the guard waits longer than a page.
+        "repetition": {"min_span": 400},
+    }
+    values.update(settings)
+    return VlmGgufEngine(VlmGgufConfig.model_validate(values))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def reference(request: pytest.FixtureRequest) -> tuple[str, list[int], str]:
+    """Each family's greedy tokens and text for page 0 without any draft."""
+    engine = _engine(request.param, draft={"source": "none"})
+    try:
+        page = engine.read(_page(0))
+        assert engine.last_generation is not None
+        tokens = list(engine.last_generation.tokens)
+        text = engine.text_of(tokens)  # the model's own output, as the hint it would verify fastest
+        assert "\n".join(line.text for line in page.lines).strip() in text
+    finally:
+        engine.close()
+    return request.param, tokens, text
+
+
+def test_a_page_is_read_end_to_end(reference: tuple[str, list[int], str]) -> None:
+    family, tokens, _ = reference
+    engine = _engine(family, draft={"source": "none"})
+    try:
+        page = engine.read(_page(0))
+        details = page.details["vlm_gguf"]
+        assert details["family"] == family
+        assert 0 < details["image_tokens"] < details["prompt_tokens"]
+        assert details["generated_tokens"] == len(tokens) > 0
+        assert details["drafted_tokens"] == 0
+        assert all(line.engine == "vlm_gguf" for line in page.lines)
+        description = engine.describe()
+        assert description["models"]["model"]["quantization"] == "F32"
+        assert description["memory_plan"]["n_gpu_layers"] == 0
+    finally:
+        engine.close()
+    # The image matters: another page gives other tokens (the vision path is really used).
+    assert len(set(tokens)) > 3, "the fixture model writes one token over and over: regenerate it"
+
+
+@pytest.mark.parametrize("source", ["model", "ocr_hint"])
+def test_greedy_output_is_identical_with_drafts(reference: tuple[str, list[int], str], source: str) -> None:
+    family, tokens, text = reference
+    engine = _engine(family, draft={"source": source})
+    try:
+        page = engine.read(_page(0), hint=text)
+        assert engine.last_generation is not None
+        assert engine.last_generation.tokens == tokens
+        details = page.details["vlm_gguf"]
+        assert details["draft_source"] == ("draft_model" if source == "model" else "ocr_hint")
+        assert details["drafted_tokens"] > 0
+        assert 0 <= details["accepted_tokens"] <= details["drafted_tokens"]
+        # Every accepted token saved a forward pass of the target.
+        # Every accepted token saved a forward pass of the target (the first token comes from the
+        # prompt's logits, the last chosen one is never fed).
+        assert details["target_steps"] + details["accepted_tokens"] + 1 >= details["generated_tokens"]
+    finally:
+        engine.close()
+
+
+def test_the_models_own_tokens_as_draft_are_all_accepted(reference: tuple[str, list[int], str]) -> None:
+    """The upper bound through real llama.cpp: drafted tokens verified in batches and all kept,
+    across M-RoPE positions after the image chunk (Qwen2-VL). (A text hint cannot show it on
+    random models: their byte tokens are not valid UTF-8, so their text does not round-trip.)"""
+    family, tokens, _ = reference
+    engine = _engine(family, draft={"source": "ocr_hint"})
+    try:
+        details = engine.read(_page(0), hint_tokens=tokens).details["vlm_gguf"]
+        assert engine.last_generation is not None
+        assert engine.last_generation.tokens == tokens
+        assert details["acceptance_rate"] == 1.0
+        assert details["target_steps"] <= len(tokens) // 4
+    finally:
+        engine.close()
+
+
+def test_a_useless_hint_switches_drafting_off_and_changes_nothing(
+    reference: tuple[str, list[int], str],
+) -> None:
+    family, tokens, _ = reference
+    engine = _engine(family, draft={"source": "ocr_hint", "min_drafted": 4, "min_acceptance": 0.9})
+    try:
+        engine.read(_page(0), hint="zq" * 200)
+        assert engine.last_generation is not None
+        assert engine.last_generation.tokens == tokens
+        stats = engine.last_generation.stats
+        if stats.drafted:  # the hint may never match at all; if it did, drafting was stopped
+            assert stats.disabled_after is not None
+    finally:
+        engine.close()
+
+
+def test_pages_do_not_leak_into_each_other(reference: tuple[str, list[int], str]) -> None:
+    """Cache rollback after image chunks: page A, page B, page A again reads A the same."""
+    family, tokens, text = reference
+    engine = _engine(family, draft={"source": "ocr_hint"})
+    try:
+        engine.read(_page(0), hint=text)
+        engine.read(_page(1), hint=text)
+        engine.read(_page(0), hint=text)
+        assert engine.last_generation is not None
+        assert engine.last_generation.tokens == tokens
+    finally:
+        engine.close()
+
+
+def test_a_page_cut_short_goes_to_review(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _engine("qwen2vl", max_tokens_per_page=5, draft={"source": "none"})
+    try:
+        page = engine.read(_page(0))
+        assert page.details["vlm_gguf"]["stop_reason"] == "max_tokens"
+        assert page.review_reasons == ["vlm_gguf: the page needed more tokens than the per-page limit"]
+        # A loop is cut the same way: the guard's verdict becomes the page's review reason.
+        monkeypatch.setattr(engine._guard.__class__, "looping", lambda self, tokens: len(tokens) >= 3)
+        page = engine.read(_page(0))
+        assert page.details["vlm_gguf"]["stop_reason"] == "repetition"
+        assert page.details["vlm_gguf"]["generated_tokens"] == 3
+        assert page.review_reasons and "repeating" in page.review_reasons[0]
+    finally:
+        engine.close()
+
+
+def _copy_family(family: str, tmp_path: Path) -> Path:
+    target = tmp_path / family
+    shutil.copytree(FIXTURES / family, target)
+    return target
+
+
+def test_a_truncated_model_is_refused_with_its_name(tmp_path: Path) -> None:
+    folder = _copy_family("qwen2vl", tmp_path)
+    model = folder / "model-f32.gguf"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    with pytest.raises(ModelError, match=r"model-f32\.gguf"):
+        _engine("qwen2vl", model_dir=folder)
+
+
+def test_a_draft_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
+    folder = _copy_family("qwen2vl", tmp_path)
+    shutil.copy(FIXTURES / "smolvlm" / "draft-f32.gguf", folder / "draft-f32.gguf")
+    write_vlm_manifest(
+        folder / "manifest.json",
+        name="mixed",
+        family="qwen2vl",
+        files={role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj", "draft")},
+    )
+    with pytest.raises(ModelError, match="draft"):
+        _engine("qwen2vl", model_dir=folder, draft={"source": "model"})
+
+
+def test_a_draft_model_source_without_a_draft_file_is_refused(tmp_path: Path) -> None:
+    folder = _copy_family("qwen2vl", tmp_path)
+    (folder / "draft-f32.gguf").unlink()
+    write_vlm_manifest(
+        folder / "manifest.json",
+        name="no-draft",
+        family="qwen2vl",
+        files={role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj")},
+    )
+    with pytest.raises(ModelError, match="names no 'draft'"):
+        _engine("qwen2vl", model_dir=folder, draft={"source": "model"})
+    _engine("qwen2vl", model_dir=folder, draft={"source": "ocr_hint"}).close()
