@@ -261,3 +261,16 @@ def test_rendered_receipt_turned_comes_back_upright(engine: PpocrOnnxEngine, tur
     text = "\n".join(block.text for block in read.blocks)
     expected = "\n".join(block.text for block in upright.blocks)
     assert cer(text, expected) <= 0.01
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+def test_engine_evidence_tells_the_turn(engine: PpocrOnnxEngine, turns: int) -> None:
+    """Upright text reads confidently, upside-down text does not, sideways text runs vertically."""
+    turned, _ = rotate_quarter(rendering.receipt().bgr(), turns)
+    evidence = engine.recognize(turned).evidence
+    assert evidence is not None and evidence.regions >= len(rendering.RECEIPT_ROWS)
+    sideways = turns in (1, 3)
+    assert (evidence.share(evidence.vertical) > 0.5) == sideways
+    # Turned clockwise, the engine's counter-clockwise crop turn sets the lines upright again.
+    reads_upright = turns in (0, 1)
+    assert (evidence.share(evidence.upright) > 0.5) == reads_upright
