@@ -63,6 +63,9 @@ class PpocrOnnxConfig(_Strict):
     det_box_threshold: StrictFloat = Field(default=0.6, gt=0, lt=1)
     det_unclip_ratio: StrictFloat = Field(default=1.5, gt=0, le=4)
     rec_batch_size: StrictInt = Field(default=8, ge=1, le=64)
+    # Narrower lines are padded to this width (PP-OCRv5's training width): less padding is less
+    # work, but the recogniser's attention sees the padding, so it changes some reads.
+    rec_min_width: StrictInt = Field(default=320, ge=16, le=1024)
     use_line_orientation: StrictBool = True
     orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)

@@ -5,7 +5,8 @@ Usage: python -m bench.ocr_bench [--config FILE] [--limit N] [--json OUT] [--no-
 
 `--variant` runs the appliance several times side by side, page by page in turn, so that the
 machine's load falls on all of them alike: SPEC is `int8` or `fp32` (every model), or a list
-such as `det=fp32,cls=int8,rec=int8`, optionally with `+threads=1` or `+det_limit=960`.
+such as `det=fp32,cls=int8,rec=int8`, optionally with `+threads=1`, `+det_limit=960` or any other
+engine.ppocr_onnx key (`+rec_min_width=160`, `+fold_affine=false`).
 
 Each DATASET_DIR holds images/, gt/*.json (`image`, `lines` with `text` and `box`) and
 scoring.json (`case_insensitive`). The data is read in place and never copied.
@@ -230,6 +231,18 @@ def bench_dataset(
     }
 
 
+def _option_value(value: str) -> int | float | bool | str:
+    """A variant option's value as YAML would type it: 960 -> int, 0.5 -> float, false -> bool."""
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
     """The engine config with a variant's precision and options, e.g. `rec=int8+threads=1`."""
     precision_part, *options = spec.split("+")
@@ -245,7 +258,7 @@ def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
     for option in options:
         key, _, value = option.partition("=")
         field_name = {"threads": "intra_op_threads", "det_limit": "det_limit_side_len"}.get(key, key)
-        updates[field_name] = int(value) if value.isdigit() else value
+        updates[field_name] = _option_value(value)
     merged = {**base.ppocr_onnx.model_dump(), **updates}
     return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})
 

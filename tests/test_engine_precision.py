@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.config import PpocrOnnxConfig, PrecisionConfig
+from appliance.config import EngineConfig, PpocrOnnxConfig, PrecisionConfig
 from appliance.engines.manifest import sha256_file
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine, default_model_dir
 from appliance.errors import ModelError
+from bench.ocr_bench import variant_engine_config
 from tests import rendering
 
 
@@ -83,3 +84,12 @@ def test_folding_at_load_reads_the_same(engine: PpocrOnnxEngine) -> None:
         for mine, other in zip(ours.lines, theirs.lines, strict=True):
             assert np.allclose(mine.char_confidences, other.char_confidences, atol=1e-3)
             assert mine.box == other.box
+
+
+def test_bench_variant_spec_sets_precision_and_options() -> None:
+    spec = "det=int8+fold_affine=false+rec_min_width=160+det_limit=960"
+    config = variant_engine_config(EngineConfig(), spec)
+    ppocr = config.ppocr_onnx
+    assert (ppocr.precision.det, ppocr.precision.rec) == ("int8", "fp32")
+    assert ppocr.fold_affine is False
+    assert (ppocr.rec_min_width, ppocr.det_limit_side_len) == (160, 960)

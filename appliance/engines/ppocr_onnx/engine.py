@@ -165,7 +165,9 @@ class PpocrOnnxEngine:
             box_threshold=config.det_box_threshold,
             unclip_ratio=config.det_unclip_ratio,
         )
-        self._recognizer = TextRecognizer(sessions["rec"], paths["keys"], config.rec_batch_size)
+        self._recognizer = TextRecognizer(
+            sessions["rec"], paths["keys"], config.rec_batch_size, config.rec_min_width
+        )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
             self._orientation = LineOrientation(sessions["cls"])

@@ -67,8 +67,11 @@ _NORM_STD = 0.5
 class TextRecognizer:
     """Reads batches of line crops."""
 
-    def __init__(self, session: ort.InferenceSession, keys_path: Path, batch_size: int) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, keys_path: Path, batch_size: int, min_width: int = _MIN_WIDTH
+    ) -> None:
         self._session = session
+        self._min_width = min_width
         self._input = session.get_inputs()[0].name
         classes = session.get_outputs()[0].shape[-1]
         if not isinstance(classes, int):
@@ -92,7 +95,7 @@ class TextRecognizer:
 
     def _run_batch(self, crops: list[np.ndarray]) -> list[LineRead]:
         ratios = [crop.shape[1] / max(crop.shape[0], 1) for crop in crops]
-        batch_width = max(_MIN_WIDTH, math.ceil(_HEIGHT * max(ratios)))
+        batch_width = max(self._min_width, math.ceil(_HEIGHT * max(ratios)))
         tensor = np.zeros((len(crops), 3, _HEIGHT, batch_width), dtype=np.float32)
         widths = []
         for row, (crop, ratio) in enumerate(zip(crops, ratios, strict=True)):
