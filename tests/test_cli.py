@@ -141,7 +141,11 @@ def test_run_processes_a_dropped_file_and_stops_cleanly(tmp_path: Path, stop_sig
             time.sleep(0.2)
         assert result.exists(), "no result within 60 s"
         assert "TOTAL 40.17" in result.read_text(encoding="utf-8")
-        assert len(list((tmp_path / "archive").glob("*/*/receipt.png"))) == 1
+        # The worker writes the results; the daemon archives the original once it hears back.
+        archived = lambda: list((tmp_path / "archive").glob("*/*/receipt.png"))  # noqa: E731
+        while not archived() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(archived()) == 1
         assert not (inbox / "receipt.png").exists()
         daemon.send_signal(stop_signal)
         _, stderr = daemon.communicate(timeout=30)
