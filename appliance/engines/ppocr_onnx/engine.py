@@ -172,6 +172,12 @@ class PpocrOnnxEngine:
         if config.use_line_orientation:
             self._orientation = LineOrientation(sessions["cls"])
         self._model_dir = model_dir
+        self._paths = {role: paths[role] for role in roles}
+
+    @property
+    def model_paths(self) -> dict[str, Path]:
+        """Role -> the verified model file the session was made from (before folding at load)."""
+        return dict(self._paths)
 
     @property
     def providers(self) -> dict[str, SessionInfo]:
