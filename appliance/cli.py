@@ -159,9 +159,9 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.
     # (picklable) config is what the spawn start method can send there.
     daemon = Daemon(
         config,
-        functools.partial(build_engine, config.engine),
+        functools.partial(build_engine, config.engine, config.jobs.workers),
         config_path=args.config,
-        factory_for=lambda new: functools.partial(build_engine, new.engine),
+        factory_for=lambda new: functools.partial(build_engine, new.engine, new.jobs.workers),
     )
     daemon.start()
     for model in daemon.engine_description.get("models", []):

@@ -100,7 +100,8 @@ class VlmGgufConfig(_Strict):
     manifest: str = "manifest.json"  # in model_dir; written by `python -m quantize.gguf manifest`
     family: Literal["auto"] | VlmFamily = "auto"  # auto: the family the manifest names
     device: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail unless llama.cpp can offload
-    vram_budget_mb: StrictInt = Field(default=8192, ge=512)  # the card's memory this engine may use
+    # The card's memory the VLM may use, shared equally by the jobs.workers processes (each loads it).
+    vram_budget_mb: StrictInt = Field(default=8192, ge=512)
     n_ctx: StrictInt = Field(default=0, ge=0)  # 0: what one page needs (image + prompt + output)
     n_batch: StrictInt = Field(default=512, ge=32)
     kv_cache_type: Literal["auto", "f16", "q8_0"] = "auto"  # auto: f16, q8_0 when f16 does not fit

@@ -192,3 +192,22 @@ def test_a_draft_model_source_without_a_draft_file_is_refused(tmp_path: Path) ->
     with pytest.raises(ModelError, match="names no 'draft'"):
         _engine("qwen2vl", model_dir=folder, draft={"source": "model"})
     _engine("qwen2vl", model_dir=folder, draft={"source": "ocr_hint"}).close()
+
+
+def test_the_vram_budget_is_shared_by_the_worker_processes() -> None:
+    from appliance.config import EngineConfig
+    from appliance.engines.factory import build_engine, vlm_of
+
+    config = EngineConfig.model_validate(
+        {
+            "ppocr_onnx": {"provider": "cpu"},
+            "vlm_gguf": {"model_dir": str(FIXTURES / "qwen2vl"), "device": "cpu", "vram_budget_mb": 8192},
+        }
+    )
+    engine = build_engine(config, workers=2)
+    try:
+        vlm = vlm_of(engine)
+        assert vlm is not None
+        assert engine.describe()["vlm"]["memory_plan"]["budget_mb"] == 4096
+    finally:
+        engine.close()

@@ -37,8 +37,12 @@ class EnginePair:
             self.first.close()
 
 
-def build_engine(config: EngineConfig) -> Engine:
-    """Load and verify the configured engines' models; raises ModelError with what is wrong."""
+def build_engine(config: EngineConfig, workers: int = 1) -> Engine:
+    """Load and verify the configured engines' models; raises ModelError with what is wrong.
+
+    Every worker process builds its own engines, so the VLM's VRAM budget, which is the
+    appliance's, is shared equally among `workers`.
+    """
     if config.name != "ppocr_onnx":  # unreachable: the config schema lists engines
         raise ValueError(f"unknown engine {config.name!r}")
     from appliance.engines.ppocr_onnx import PpocrOnnxEngine  # onnxruntime loads only when used
@@ -49,7 +53,8 @@ def build_engine(config: EngineConfig) -> Engine:
     try:
         from appliance.engines.vlm_gguf.engine import VlmGgufEngine  # llama.cpp loads only when used
 
-        vlm = VlmGgufEngine(config.vlm_gguf)
+        share = config.vlm_gguf.vram_budget_mb // max(workers, 1)
+        vlm = VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share}))
     except BaseException:
         first.close()
         raise
