@@ -25,7 +25,7 @@ from typing import Any
 from quantize.gguf import convert_hf_checkpoint, resolve_llama_src
 
 # Seeds fixed per family and role so the files are reproducible byte for byte on one torch version.
-_SEEDS = {"smolvlm": (1101, 1102), "qwen2vl": (2201, 2202)}
+_SEEDS = {"smolvlm": (1101, 1102), "qwen2vl": (2201, 2202), "lightonocr": (3301, 3302)}
 _VOCAB_SIZE = 1024
 # Weights drawn with std 0.3 instead of transformers' 0.02: with 0.02 every prompt and image gives the
 # same token over and over; at 0.3 the greedy output depends on the image and the text, so tests can
@@ -315,6 +315,105 @@ def _build_qwen2vl(vocab: dict[str, int], out_dir: Path) -> None:
     )
 
 
+# LightOnOCR: Qwen3 text, Pixtral vision, 2x2 patch merger. Every width differs from every other
+# (text 64, q 4x24, kv 2x24, MLP 80; vision 56, MLP 72, merger 4x56), so each tensor dimension
+# names one hyperparameter: bench/vlm_random_model.py scales this file to the published shapes.
+_LIGHTONOCR_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}<|image_pad|>{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _build_lightonocr(vocab: dict[str, int], out_dir: Path) -> None:
+    import torch
+    from transformers import LightOnOcrConfig, LightOnOcrForConditionalGeneration
+
+    torch.manual_seed(_SEEDS["lightonocr"][0])
+    config = LightOnOcrConfig(
+        text_config={
+            "model_type": "qwen3",
+            "vocab_size": len(vocab),
+            "hidden_size": 64,
+            "intermediate_size": 80,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 24,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "initializer_range": _INIT_STD,
+            "bos_token_id": vocab["<|endoftext|>"],
+            "eos_token_id": vocab["<|im_end|>"],
+        },
+        # 112 px longest edge of 14 px patches: an 8x8 grid, 16 tokens after the 2x2 merge. Three
+        # blocks, as for Qwen2-VL: the converter maps the projector's linear_2 through the block table.
+        vision_config={
+            "model_type": "pixtral",
+            "hidden_size": 56,
+            "intermediate_size": 72,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 2,
+            "head_dim": 28,
+            "image_size": 112,
+            "patch_size": 14,
+            "initializer_range": _INIT_STD,
+        },
+        spatial_merge_size=2,
+        image_token_id=vocab["<|image_pad|>"],
+        tie_word_embeddings=True,
+    )
+    model = LightOnOcrForConditionalGeneration(config).eval()
+    _save(model, out_dir)
+
+    # The converter registers the vision side under this spelling (transformers writes "Ocr"), and
+    # picks the text model's class from text_config.architectures.
+    def name_classes(c: dict[str, Any]) -> None:
+        c["architectures"] = ["LightOnOCRForConditionalGeneration"]
+        c["text_config"]["architectures"] = ["Qwen3ForCausalLM"]
+
+    _patch_config(out_dir, name_classes)
+    _write_json(
+        out_dir / "preprocessor_config.json",
+        {
+            "image_processor_type": "PixtralImageProcessor",
+            "size": {"longest_edge": 112},
+            "patch_size": 14,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        },
+    )
+
+
+def _build_qwen3_draft(vocab: dict[str, int], out_dir: Path) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(_SEEDS["lightonocr"][1])
+    config = Qwen3Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        initializer_range=_INIT_STD,
+        tie_word_embeddings=True,
+        bos_token_id=vocab["<|endoftext|>"],
+        eos_token_id=vocab["<|im_end|>"],
+    )
+    _save(Qwen3ForCausalLM(config).eval(), out_dir)
+
+
 def _build_qwen2_draft(vocab: dict[str, int], out_dir: Path) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -536,6 +635,17 @@ FAMILIES: dict[str, Family] = {
         build_main=_build_qwen2vl,
         build_draft=_build_qwen2_draft,
         notes="Qwen2VLForConditionalGeneration; draft: Qwen2ForCausalLM",
+    ),
+    "lightonocr": Family(
+        name="lightonocr",
+        special_tokens=_QWEN2VL_TOKENS,
+        bos="<|endoftext|>",
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        chat_template=_LIGHTONOCR_TEMPLATE,
+        build_main=_build_lightonocr,
+        build_draft=_build_qwen3_draft,
+        notes="LightOnOcrForConditionalGeneration (Qwen3 text, Pixtral vision); draft: Qwen3ForCausalLM",
     ),
     "paddleocr_vl": Family(
         name="paddleocr_vl",

@@ -18,7 +18,7 @@ from appliance.errors import ModelError
 from appliance.hashing import sha256_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
-FAMILIES = ("smolvlm", "qwen2vl", "paddleocr_vl")
+FAMILIES = ("smolvlm", "qwen2vl", "lightonocr", "paddleocr_vl")
 
 
 def copy_set(family: str, into: Path) -> Path:
