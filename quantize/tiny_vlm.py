@@ -356,6 +356,7 @@ def _build_lightonocr(vocab: dict[str, int], out_dir: Path) -> None:
         # blocks, as for Qwen2-VL: the converter maps the projector's linear_2 through the block table.
         vision_config={
             "model_type": "pixtral",
+            "hidden_act": "silu",  # LightOnOCR's gated MLP; Pixtral's own default is GELU
             "hidden_size": 56,
             "intermediate_size": 72,
             "num_hidden_layers": 3,
