@@ -43,14 +43,34 @@ def test_skew_is_found_within_a_third_of_a_degree(angle: float) -> None:
     assert abs(estimate.angle + angle) <= 0.3
 
 
+def _prose_page() -> np.ndarray:
+    """Lines of running text starting at staggered places, like a printed page.
+
+    `_page` repeats four sentences from one margin, which stacks the same words into columns:
+    turned a quarter, such a page scores only 4 times sharper one way than the other, as an
+    upright receipt does, and the ink alone must not turn those.
+    """
+    words = " ".join(_TEXT).split()
+    rows = [[(40 + (i * 53) % 160, " ".join(words[(i * 5) % 30 : (i * 5) % 30 + 8]))] for i in range(16)]
+    return render_lines(rows, width=1100, font_path=LATIN_FONT, size=24).bgr()
+
+
 @pytest.mark.parametrize("turns", [1, 3])
 def test_quarter_turns_are_found(turns: int) -> None:
-    turned, _ = rotate_quarter(_page(), turns)
+    turned, _ = rotate_quarter(_prose_page(), turns)
     result = preprocess(turned, ALL_ON)
     steps = {step.step: step.params for step in result.steps}
     assert steps["orientation"]["quarter_turns"] == 1
     height, width = result.image.shape[:2]
-    assert width > height  # lines run across again (180 degrees is the engine read's call)
+    assert width > height  # lines run across again (which way up is the engine read's call)
+
+
+def test_the_ink_leaves_a_sideways_receipt_to_the_engine_check() -> None:
+    """Short lines in columns score close both ways: no quarter turn from the ink alone."""
+    turned, _ = rotate_quarter(rendering.receipt().bgr(), 1)
+    result = preprocess(turned, ALL_ON)
+    steps = {step.step: step.params for step in result.steps}
+    assert steps["orientation"]["quarter_turns"] == 0
 
 
 def test_deskew_records_the_angle_and_maps_boxes_back() -> None:
@@ -274,3 +294,28 @@ def test_engine_evidence_tells_the_turn(engine: PpocrOnnxEngine, turns: int) -> 
     # Turned clockwise, the engine's counter-clockwise crop turn sets the lines upright again.
     reads_upright = turns in (0, 1)
     assert (evidence.share(evidence.upright) > 0.5) == reads_upright
+
+
+def test_a_poor_scan_is_kept_the_right_way_round_rather_than_sideways() -> None:
+    """No read reaches min_upright; the upright one wins over the sideways one reading a bit more."""
+
+    class _Faint(_SidewaysEngine):
+        def recognize(self, image: np.ndarray) -> PageText:
+            self.calls += 1
+            sideways = image.shape[0] > image.shape[1]
+            if sideways:
+                upright = 90.0 if image[0, -1, 0] == 0 else 0.0
+            else:
+                upright = 80.0 if image[0, 0, 0] == 0 else 0.0
+            vertical = 400.0 if sideways else 0.0
+            evidence = OrientationEvidence(
+                regions=4, length=400.0, upright=upright, flipped=0.0, vertical=vertical
+            )
+            return PageText(lines=[], evidence=evidence)
+
+    page = np.full((100, 200, 3), 255, np.uint8)
+    page[0, 0] = 0
+    scanned, _ = rotate_quarter(page, 1)
+    engine = _Faint()
+    _, image, _, decision = read_upright(engine, scanned, min_upright=0.25)
+    assert decision.turns == 3 and image[0, 0, 0] == 0 and engine.calls == 3

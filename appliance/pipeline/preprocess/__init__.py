@@ -110,6 +110,10 @@ def _geometry(result: Preprocessed, config: PreprocessConfig) -> None:
         return
     if config.orientation:
         turns = 1 if estimate.vertical else 0
+        scores = {
+            "score_horizontal": round(estimate.score_horizontal, 1),
+            "score_vertical": round(estimate.score_vertical, 1),
+        }
         if turns:
             result.image, matrix = deskew.rotate_quarter(result.image, turns)
             result.transform.then(matrix)
@@ -121,15 +125,8 @@ def _geometry(result: Preprocessed, config: PreprocessConfig) -> None:
                 or estimate
             )
         result.steps.append(
-            StepRecord(
-                "orientation",
-                {
-                    "quarter_turns": turns,
-                    "score_horizontal": round(estimate.score_horizontal, 1),
-                    "score_vertical": round(estimate.score_vertical, 1),
-                },
-                clock.ms(),
-            )
+            # The scores that decided, not those measured again on the turned page.
+            StepRecord("orientation", {"quarter_turns": turns, **scores}, clock.ms())
         )
         clock = _Clock()
     if config.deskew:
