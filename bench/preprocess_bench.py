@@ -405,8 +405,9 @@ def report(results: list[dict[str, Any]]) -> None:
             if r["page_ms"]
         ]
         if shares:
+            upright_median = f"{statistics.median(upright):.1%}" if upright else "-"
             print(
-                f"{name}: upright median {statistics.median(upright):.1%}; all variants median "
+                f"{name}: upright median {upright_median}; all variants median "
                 f"{statistics.median(shares):.1%}, max {max(shares):.1%}; image steps alone (no extra "
                 f"reads) median {statistics.median(image_only):.1%}, max {max(image_only):.1%}"
             )
