@@ -37,7 +37,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL = $(shell nproc)
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
 
-.PHONY: setup run test lint bench clean apt-test apt-bench install install-files install-venv uninstall proto
+.PHONY: setup run test lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
 
 setup: $(STAMP)
 
@@ -71,6 +71,17 @@ lint: setup
 
 bench: setup apt-bench
 	$(BIN)/python -m bench.ocr_bench $(BENCH_ARGS) $(BENCH_DATA)
+
+# Derived model sets, generated (never committed) under $(MODELS): the INT8 detector (static QDQ,
+# its stem kept in float, calibrated on rendered pages; the fonts come with apt-test) and FP16
+# models for the CUDA provider. The engine takes them with variant_dir: var/models and
+# precision.det: int8 (or fp16); each set's manifest.json is hash-checked at load.
+MODELS ?= var/models
+models-int8: setup apt-test
+	$(BIN)/python -m quantize.onnx_int8 --roles det --out $(MODELS)/int8
+
+models-fp16: setup
+	$(BIN)/python -m quantize.onnx_int8 --precision fp16 --out $(MODELS)/fp16
 
 apt-test:
 	@./scripts/apt-ensure $(APT_TEST)

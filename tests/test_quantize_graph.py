@@ -36,3 +36,21 @@ def test_folds_and_names(tmp_path: Path) -> None:
     model.graph.node[0].name = ""
     assert name_nodes(model) == 1
     assert all(node.name for node in model.graph.node)
+
+
+def test_percentile_calibration_gets_tensors_of_one_shape() -> None:
+    from quantize.onnx_int8 import MAX_TILES, same_shape
+
+    pages = [np.ones((1, 3, 1280, 704), np.float32), np.ones((1, 3, 960, 640), np.float32)]
+    tiles = same_shape("det", pages)
+    assert {tile.shape for tile in tiles} == {(1, 3, 640, 640)}
+    lines = [np.ones((8, 3, 48, 900), np.float32)] * 20
+    assert len(same_shape("rec", lines)) == MAX_TILES
+
+
+def test_stem_is_the_first_tenth_of_the_nodes() -> None:
+    from quantize.onnx_int8 import stem
+
+    model = onnx.load(str(default_model_dir() / "ppocrv5_cls.onnx"))
+    names = stem(model)
+    assert names == [node.name for node in model.graph.node][: len(model.graph.node) // 10]
