@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from appliance.pipeline.preprocess.borders import black_border_box
+
 _WORK_SIDE = 1000
 _MAX_POINTS = 60_000
 _COARSE_STEP = 1.0
@@ -42,6 +44,12 @@ def ink_points(grey: np.ndarray, seed: int = 0) -> np.ndarray:
     height, width = grey.shape[:2]
     scale = min(1.0, _WORK_SIDE / max(height, width))
     small = cv2.resize(grey, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA) if scale < 1 else grey
+    # Black scanner edges are no text: their long straight sides give the profile along the
+    # lines its sharpest steps, and turned 8 of 10 receipts with added black edges sideways.
+    x0, y0, x1, y1 = black_border_box(small)
+    small = small[y0:y1, x0:x1]
+    if small.size == 0:
+        return np.zeros((0, 2), dtype=np.float64)
     _, ink = cv2.threshold(small, 0, 255, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
     ys, xs = np.nonzero(ink)
     if len(xs) > _MAX_POINTS:
