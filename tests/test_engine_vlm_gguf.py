@@ -211,3 +211,16 @@ def test_the_vram_budget_is_shared_by_the_worker_processes() -> None:
         assert engine.describe()["vlm"]["memory_plan"]["budget_mb"] == 4096
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(("family", "layers"), [("qwen2vl", 2), ("smolvlm", 2)])
+def test_the_memory_plan_sees_the_models_real_shape(family: str, layers: int) -> None:
+    """The shape comes from the header: a vocabulary-only llama.cpp load reports 0 layers."""
+    from appliance.engines.vlm_gguf.engine import _shape
+
+    folder = FIXTURES / family
+    shape = _shape(folder / "model-f32.gguf", folder / "mmproj-f32.gguf", None)
+    assert shape.n_layer == layers
+    assert shape.head_dim > 0 and shape.n_head_kv > 0
+    assert shape.n_vocab == 1024
+    assert shape.kv_bytes_per_token("f16") == 2 * layers * shape.n_head_kv * shape.head_dim * 2

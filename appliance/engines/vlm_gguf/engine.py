@@ -36,19 +36,26 @@ CUT_SHORT = {
 
 
 def _shape(path: Path, projector: Path, draft: Path | None) -> ModelShape:
-    """Layer and head counts from the model's header (llama.cpp loads only the vocabulary)."""
+    """Layer and head counts from the model's header (llama.cpp loads only the vocabulary).
+
+    From the metadata, not llama_model_n_layer: a vocabulary-only load leaves the layer count 0.
+    """
     model = runtime.TextModel(path, n_gpu_layers=0, vocab_only=True)
     try:
         architecture = model.metadata("general.architecture") or ""
+        n_layer = int(model.metadata(f"{architecture}.block_count") or 0)
+        if n_layer <= 0:
+            raise ModelError(f"{path.name} does not say how many layers it has ({architecture}.block_count)")
         n_head = int(model.metadata(f"{architecture}.attention.head_count") or 1)
         head_kv = int(model.metadata(f"{architecture}.attention.head_count_kv") or n_head)
         key_length = model.metadata(f"{architecture}.attention.key_length")
-        head_dim = int(key_length) if key_length else model.n_embd // max(n_head, 1)
+        n_embd = int(model.metadata(f"{architecture}.embedding_length") or 0)
+        head_dim = int(key_length) if key_length else n_embd // max(n_head, 1)
         return ModelShape(
             weights_bytes=path.stat().st_size,
             projector_bytes=projector.stat().st_size,
             draft_bytes=draft.stat().st_size if draft else 0,
-            n_layer=model.n_layer,
+            n_layer=n_layer,
             n_head_kv=head_kv,
             head_dim=head_dim,
             n_vocab=model.n_vocab,

@@ -36,6 +36,9 @@ def _forward_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
 
 
 llama_cpp.llama_log_set(_forward_log, ctypes.c_void_p(0))
+# Once per process, before any model: loads the ggml backends (CUDA where built) and fills ggml's
+# fp16 tables, as llama-cpp-python's own `Llama` does.
+llama_cpp.llama_backend_init()
 # libmtmd (the vision side) has its own log hooks; without these it prints to stdout.
 mtmd_cpp.mtmd_log_set(_forward_log, ctypes.c_void_p(0))
 mtmd_cpp.mtmd_helper_log_set(_forward_log, ctypes.c_void_p(0))
@@ -56,7 +59,8 @@ class TextModel:
     def __init__(self, path: Path, n_gpu_layers: int, vocab_only: bool = False) -> None:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        params.use_mmap = True
+        # Memory-mapped, as `Llama` loads (the default, AUTO, picks per device).
+        params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
         params.vocab_only = vocab_only
         self.path = path
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
