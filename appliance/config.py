@@ -62,7 +62,11 @@ class PpocrOnnxConfig(_Strict):
     det_threshold: StrictFloat = Field(default=0.3, gt=0, lt=1)
     det_box_threshold: StrictFloat = Field(default=0.6, gt=0, lt=1)
     det_unclip_ratio: StrictFloat = Field(default=1.5, gt=0, le=4)
-    rec_batch_size: StrictInt = Field(default=8, ge=1, le=64)
+    # One line per run: each line is padded only to its own width (or rec_min_width). Batches
+    # pad every line to the widest of the batch, which costs time and, since the recogniser's
+    # attention sees the padding, accuracy: against batches of 8, recognition took 1.2x less time
+    # on 12 receipts (same CER) and 1.6x less on 5 docs_zh pages (CER 1.84% -> 1.52%).
+    rec_batch_size: StrictInt = Field(default=1, ge=1, le=64)
     # Narrower lines are padded to this width (PP-OCRv5's training width): less padding is less
     # work, but the recogniser's attention sees the padding, so it changes some reads.
     rec_min_width: StrictInt = Field(default=320, ge=16, le=1024)
