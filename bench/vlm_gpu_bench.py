@@ -30,7 +30,6 @@ decoding loop (appliance.engines.vlm_gguf), with the LightOnOCR profile's image 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
 import json
 import os
@@ -205,20 +204,7 @@ def encode_ms(runtime: Any, projector: Any, prompt: str, image: np.ndarray) -> t
     """Time libmtmd's image encoder alone (no decoding of its embeddings); returns (ms, image tokens)."""
     from llama_cpp import mtmd_cpp
 
-    height, width = image.shape[:2]
-    pixels = np.ascontiguousarray(image, dtype=np.uint8)
-    bitmap = mtmd_cpp.mtmd_bitmap_init(width, height, pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
-    chunks = mtmd_cpp.mtmd_input_chunks_init()
-    try:
-        text = mtmd_cpp.mtmd_input_text()
-        encoded = prompt.encode("utf-8")
-        text.text = encoded
-        text.text_len = len(encoded)
-        text.add_special = True
-        text.parse_special = True
-        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
-        if mtmd_cpp.mtmd_tokenize(projector.ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-            raise RuntimeError("mtmd_tokenize failed")
+    with runtime.prompt_chunks(projector, prompt, image) as chunks:
         for index in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
             chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, index)
             if mtmd_cpp.mtmd_input_chunk_get_type(chunk) != mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT:
@@ -228,10 +214,7 @@ def encode_ms(runtime: Any, projector: Any, prompt: str, image: np.ndarray) -> t
                 return (time.perf_counter() - started) * 1000, int(
                     mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
                 )
-        raise RuntimeError("the prompt holds no image")
-    finally:
-        mtmd_cpp.mtmd_input_chunks_free(chunks)
-        mtmd_cpp.mtmd_bitmap_free(bitmap)
+    raise RuntimeError("the prompt holds no image")
 
 
 def header_shape(memory: Any, model_path: Path, mmproj_path: Path) -> Any:

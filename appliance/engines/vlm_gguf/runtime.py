@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,10 +275,9 @@ def render_prompt(model: TextModel, messages: list[dict[str, Any]]) -> str:
     )
 
 
-def evaluate_prompt(
-    projector: Projector, context: Context, prompt: str, image_rgb: np.ndarray
-) -> PromptResult:
-    """Tokenize text + image into chunks (libmtmd) and feed them; the image is encoded here."""
+@contextlib.contextmanager
+def prompt_chunks(projector: Projector, prompt: str, image_rgb: np.ndarray) -> Iterator[Any]:
+    """The input chunks (libmtmd) of a prompt holding one image marker and the page; freed on exit."""
     height, width = image_rgb.shape[:2]
     pixels = np.ascontiguousarray(image_rgb, dtype=np.uint8)
     bitmap = mtmd_cpp.mtmd_bitmap_init(width, height, pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)))
@@ -298,6 +298,17 @@ def evaluate_prompt(
                 f"libmtmd could not tokenize the prompt (status {status}):"
                 " does the prompt hold exactly one image marker?"
             )
+        yield chunks
+    finally:
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)
+
+
+def evaluate_prompt(
+    projector: Projector, context: Context, prompt: str, image_rgb: np.ndarray
+) -> PromptResult:
+    """Tokenize text + image into chunks (libmtmd) and feed them; the image is encoded here."""
+    with prompt_chunks(projector, prompt, image_rgb) as chunks:
         context.reset()
         count = mtmd_cpp.mtmd_input_chunks_size(chunks)
         logits: np.ndarray | None = None
@@ -346,6 +357,3 @@ def evaluate_prompt(
         return PromptResult(
             logits=logits, prompt_tokens=prompt_tokens, image_tokens=image_tokens, text_tokens=text_tokens
         )
-    finally:
-        mtmd_cpp.mtmd_input_chunks_free(chunks)
-        mtmd_cpp.mtmd_bitmap_free(bitmap)
