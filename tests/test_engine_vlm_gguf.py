@@ -15,7 +15,7 @@ from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.errors import ModelError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
-FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl")
+FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl", "lightonocr")
 
 
 def _page(seed: int) -> np.ndarray:
