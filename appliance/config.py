@@ -185,11 +185,13 @@ class OutputsConfig(_Strict):
 class PreprocessConfig(_Strict):
     """Page preprocessing before the engine: each step on or off, with its thresholds.
 
-    Defaults by measurement (bench/preprocess_bench.py, 7 receipts + 7 docs_zh pages): orientation
-    brings pages turned 270/180 from 52%/69% CER back to 6%/18% at no cost on upright pages; seals
-    change nothing on pages without red. Off because they made upright CER worse or did not help:
-    deskew (receipts 5.36% -> 5.63%; the engine's quads already cope with +-7 degrees), border crop
-    (worse on pages with added black edges), denoise (12.6%), binarize (8.8%), contrast (no gain).
+    Defaults by measurement (bench/preprocess_bench.py, tables in bench/README.md: 10 receipts and
+    13 docs_zh pages per step, all 63 receipts for orientation): orientation brings receipts turned
+    90/180/270 from 10.7%/54.8%/41.8% CER back to the upright 6.24% (all 63: 4.28% at every turn)
+    and leaves upright pages as they were; seals change nothing on pages without red. Off because
+    they made upright CER worse or did not clearly help: deskew (receipts 6.24% -> 6.76%; skewed
+    docs_zh pages gain up to 0.7 points, but are within a point without it), border crop (6.10%,
+    docs_zh 2.11%), denoise (16.9%), binarize (8.9%), contrast (8.9%), resize to 1600 (7.1%).
     """
 
     orientation: StrictBool = True  # quarter turns from the ink, then 90/180/270 from the engine's first read
