@@ -34,6 +34,7 @@ pass each. Dynamic INT8 ran 4.7x slower (ConvInteger has no fast kernel).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -111,11 +112,15 @@ def prepare(role: str, source: Path, work: Path) -> Prepared:
     onnx.checker.check_model(model)
     folded_path = work / f"{role}_folded.onnx"
     onnx.save(model, str(folded_path))
-    pre = work / f"{role}_pre.onnx"
-    try:
-        quant_pre_process(str(folded_path), str(pre), skip_symbolic_shape=False)
-    except Exception:  # symbolic inference gives up on some Paddle graphs (det); ONNX's own still works
-        quant_pre_process(str(folded_path), str(pre), skip_symbolic_shape=True)
+    pre = (work / f"{role}_pre.onnx").resolve()
+    folded_path = folded_path.resolve()
+    # Symbolic shape inference writes its temporary model into the working directory and leaves
+    # it there when it gives up: run it inside the work folder.
+    with contextlib.chdir(work):
+        try:
+            quant_pre_process(str(folded_path), str(pre), skip_symbolic_shape=False)
+        except Exception:  # symbolic inference gives up on some Paddle graphs (det); ONNX's own works
+            quant_pre_process(str(folded_path), str(pre), skip_symbolic_shape=True)
     return Prepared(role, pre, folded)
 
 
