@@ -107,7 +107,13 @@ class VlmGgufEngine:
             shape, config.vram_budget_mb, want_ctx, min_ctx, gpu=gpu, kv_type=config.kv_cache_type
         )
         self._fallbacks: list[str] = list(self.plan.notes)
-        self._load(self.plan, min_ctx)
+        self._draft_model: runtime.TextModel | None = None
+        self._draft_context: runtime.Context | None = None
+        try:
+            self._load(self.plan, min_ctx)
+        except BaseException:
+            self.close()  # a draft refused after the model loaded must not keep the model's memory
+            raise
         self._guard = LoopGuard(
             max_period=config.repetition.max_period,
             min_repeats=config.repetition.min_repeats,
@@ -151,8 +157,6 @@ class VlmGgufEngine:
                 self._fallbacks.append(f"{error}; retrying with n_ctx={n_ctx}, n_gpu_layers={n_gpu_layers}")
                 log.warning("%s", self._fallbacks[-1])
         self.plan.n_gpu_layers, self.plan.n_ctx = n_gpu_layers, n_ctx
-        self._draft_model: runtime.TextModel | None = None
-        self._draft_context: runtime.Context | None = None
         if self._config.draft.source == "model":
             self._draft_model = runtime.TextModel(self._paths["draft"], n_gpu_layers)
             if self._draft_model.n_vocab != self._model.n_vocab:
