@@ -103,3 +103,15 @@ def test_a_repeated_line_matches_in_order() -> None:
     ]
     vlm = [make_line(t, [0.9] * len(t), (0, 0, 1, 1)) for t in ("SUBTOTAL", "TAX", "SUBTOTAL")]
     assert [line.box[1] for line in place_lines(vlm, onnx)] == [10.0, 40.0, 70.0]
+
+
+def test_an_empty_vlm_answer_on_a_page_with_text_keeps_the_onnx_read() -> None:
+    reader = FakeVlmReader([])
+    result = Cascade(reader, CascadeConfig(mode="always")).refine(PAGE, _first_read(0.5))
+    assert [line.engine for line in result.lines] == ["ppocr_onnx"] * 3
+    assert result.details["cascade"] == {
+        "vlm_used": True,
+        "why": "profile reads every page with the VLM",
+        "route": "onnx_fallback",
+        "error": "VLM stopped: empty answer",
+    }

@@ -95,7 +95,10 @@ class Cascade:
                 warnings=[f"cascade: VLM failed ({error}); the ONNX read stands"],
             )
         stop = second.details.get(self._reader.name, {}).get("stop_reason")
-        if stop in ("timeout", "repetition", "max_tokens"):
+        if not second.lines and first.lines:
+            # An empty answer where the ONNX engine found text is a failed read, not a blank page.
+            stop = stop if stop in ("timeout", "repetition", "max_tokens") else "empty answer"
+        if stop in ("timeout", "repetition", "max_tokens", "empty answer"):
             record.update(route="onnx_fallback", error=f"VLM stopped: {stop}")
             return _with(
                 first,
