@@ -217,27 +217,6 @@ def encode_ms(runtime: Any, projector: Any, prompt: str, image: np.ndarray) -> t
     raise RuntimeError("the prompt holds no image")
 
 
-def header_shape(memory: Any, model_path: Path, mmproj_path: Path) -> Any:
-    """ModelShape from the GGUF header (gguf-py: no llama.cpp model is created for it)."""
-    from bench.vlm_random_model import import_gguf
-
-    reader = import_gguf().GGUFReader(str(model_path))
-
-    def value(key: str) -> Any:
-        return reader.fields[key].contents()
-
-    arch = value("general.architecture")
-    return memory.ModelShape(
-        weights_bytes=model_path.stat().st_size,
-        projector_bytes=mmproj_path.stat().st_size,
-        draft_bytes=0,
-        n_layer=int(value(f"{arch}.block_count")),
-        n_head_kv=int(value(f"{arch}.attention.head_count_kv")),
-        head_dim=int(value(f"{arch}.attention.key_length")),
-        n_vocab=len(reader.fields["tokenizer.ggml.tokens"].data),
-    )
-
-
 def measure_one(args: argparse.Namespace, quant: str, budget: int, save_to: Path) -> dict[str, Any]:
     """Every figure for one quant under one budget (run in a process of its own).
 
@@ -254,7 +233,7 @@ def measure_one(args: argparse.Namespace, quant: str, budget: int, save_to: Path
     mmproj_path = args.model_dir / "mmproj-f16.gguf"
     profile = profile_for("lightonocr")
     gpu = runtime.supports_gpu()
-    shape = header_shape(memory, model_path, mmproj_path)
+    shape = runtime.model_shape(model_path, mmproj_path, None)
     min_ctx = profile.image_max_tokens + profile.max_tokens + 256
     plan = memory.plan_memory(shape, budget, max(args.want_ctx, min_ctx), min_ctx, gpu=gpu)
     threads = args.threads or os.cpu_count() or 1
@@ -272,14 +251,17 @@ def measure_one(args: argparse.Namespace, quant: str, budget: int, save_to: Path
         print(f"[{quant} {budget}] {name}", file=sys.stderr, flush=True)
 
     stage("planned")
+    # The poll starts once the model and its context are loaded: the weights and the KV cache stay
+    # allocated, so the peak is still seen, and no nvidia-smi is forked while CUDA loads the model
+    # (a suspect in the segfaults seen inside llama_model_load_from_file on the H200).
+    started = time.perf_counter()
+    model = runtime.TextModel(model_path, n_gpu_layers=plan.n_gpu_layers)
+    settings = runtime.ContextSettings(
+        n_ctx=plan.n_ctx, n_batch=512, n_threads=threads, kv_type=plan.kv_type, flash_attention=True
+    )
+    context = runtime.Context(model, settings)
+    result["load_s"] = round(time.perf_counter() - started, 2)
     with vram:
-        started = time.perf_counter()
-        model = runtime.TextModel(model_path, n_gpu_layers=plan.n_gpu_layers)
-        settings = runtime.ContextSettings(
-            n_ctx=plan.n_ctx, n_batch=512, n_threads=threads, kv_type=plan.kv_type, flash_attention=True
-        )
-        context = runtime.Context(model, settings)
-        result["load_s"] = round(time.perf_counter() - started, 2)
         stage("text model loaded")
 
         # Prefill: one page's prompt length of text tokens (image tokens cost the same to decode).

@@ -216,10 +216,10 @@ def test_the_vram_budget_is_shared_by_the_worker_processes() -> None:
 @pytest.mark.parametrize(("family", "layers"), [("qwen2vl", 2), ("smolvlm", 2)])
 def test_the_memory_plan_sees_the_models_real_shape(family: str, layers: int) -> None:
     """The shape comes from the header: a vocabulary-only llama.cpp load reports 0 layers."""
-    from appliance.engines.vlm_gguf.engine import _shape
+    from appliance.engines.vlm_gguf.runtime import model_shape
 
     folder = FIXTURES / family
-    shape = _shape(folder / "model-f32.gguf", folder / "mmproj-f32.gguf", None)
+    shape = model_shape(folder / "model-f32.gguf", folder / "mmproj-f32.gguf", None)
     assert shape.n_layer == layers
     assert shape.head_dim > 0 and shape.n_head_kv > 0
     assert shape.n_vocab == 1024

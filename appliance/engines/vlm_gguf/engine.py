@@ -6,7 +6,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import cv2
@@ -20,7 +19,7 @@ from appliance.engines.vlm_gguf import runtime
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
-from appliance.engines.vlm_gguf.memory import MemoryPlan, ModelShape, plan_memory
+from appliance.engines.vlm_gguf.memory import MemoryPlan, plan_memory
 from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out
 from appliance.engines.vlm_gguf.profiles import FamilyProfile, profile_for
 from appliance.errors import ModelError
@@ -33,35 +32,6 @@ CUT_SHORT = {
     "max_tokens": "the page needed more tokens than the per-page limit",
     "timeout": "the page took longer than the per-page time limit",
 }
-
-
-def _shape(path: Path, projector: Path, draft: Path | None) -> ModelShape:
-    """Layer and head counts from the model's header (llama.cpp loads only the vocabulary).
-
-    From the metadata, not llama_model_n_layer: a vocabulary-only load leaves the layer count 0.
-    """
-    model = runtime.TextModel(path, n_gpu_layers=0, vocab_only=True)
-    try:
-        architecture = model.metadata("general.architecture") or ""
-        n_layer = int(model.metadata(f"{architecture}.block_count") or 0)
-        if n_layer <= 0:
-            raise ModelError(f"{path.name} does not say how many layers it has ({architecture}.block_count)")
-        n_head = int(model.metadata(f"{architecture}.attention.head_count") or 1)
-        head_kv = int(model.metadata(f"{architecture}.attention.head_count_kv") or n_head)
-        key_length = model.metadata(f"{architecture}.attention.key_length")
-        n_embd = int(model.metadata(f"{architecture}.embedding_length") or 0)
-        head_dim = int(key_length) if key_length else n_embd // max(n_head, 1)
-        return ModelShape(
-            weights_bytes=path.stat().st_size,
-            projector_bytes=projector.stat().st_size,
-            draft_bytes=draft.stat().st_size if draft else 0,
-            n_layer=n_layer,
-            n_head_kv=head_kv,
-            head_dim=head_dim,
-            n_vocab=model.n_vocab,
-        )
-    finally:
-        model.close()
 
 
 @dataclass
@@ -99,7 +69,9 @@ class VlmGgufEngine:
         gpu = config.device != "cpu" and runtime.supports_gpu()
         if config.device == "gpu" and not gpu:
             raise ModelError("engine.vlm_gguf.device is 'gpu' but this llama.cpp build has no GPU offload")
-        shape = _shape(paths["model"], paths["mmproj"], paths.get("draft") if want_draft_model else None)
+        shape = runtime.model_shape(
+            paths["model"], paths["mmproj"], paths.get("draft") if want_draft_model else None
+        )
         # One page needs its image tokens, the prompt around them and the tokens it may write.
         min_ctx = self.profile.image_max_tokens + self.profile.max_tokens + 256
         want_ctx = max(config.n_ctx or min_ctx, min_ctx)
