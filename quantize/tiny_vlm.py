@@ -233,29 +233,6 @@ def _build_smolvlm(vocab: dict[str, int], out_dir: Path) -> None:
     )
 
 
-def _build_llama_draft(vocab: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(_SEEDS["smolvlm"][1])
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-5,
-        initializer_range=_INIT_STD,
-        tie_word_embeddings=True,
-        bos_token_id=vocab["<|im_start|>"],
-        eos_token_id=vocab["<end_of_utterance>"],
-        pad_token_id=vocab["<|im_end|>"],
-    )
-    _save(LlamaForCausalLM(config).eval(), out_dir)
-
-
 def _build_qwen2vl(vocab: dict[str, int], out_dir: Path) -> None:
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
@@ -392,49 +369,37 @@ def _build_lightonocr(vocab: dict[str, int], out_dir: Path) -> None:
     )
 
 
-def _build_qwen3_draft(vocab: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def _text_draft(
+    family: str, config_class: str, model_class: str, bos: str, eos: str, **extra: Any
+) -> Callable[[dict[str, int], Path], None]:
+    """A builder of a one-layer, 32-wide text model on the family's tokenizer (its draft).
 
-    torch.manual_seed(_SEEDS["lightonocr"][1])
-    config = Qwen3Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-6,
-        initializer_range=_INIT_STD,
-        tie_word_embeddings=True,
-        bos_token_id=vocab["<|endoftext|>"],
-        eos_token_id=vocab["<|im_end|>"],
-    )
-    _save(Qwen3ForCausalLM(config).eval(), out_dir)
+    The drafts of the Llama, Qwen2 and Qwen3 families differ only in their transformers classes,
+    special tokens and a few settings (`extra`), so one builder serves them all.
+    """
 
+    def build(vocab: dict[str, int], out_dir: Path) -> None:
+        import torch
+        import transformers
 
-def _build_qwen2_draft(vocab: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+        torch.manual_seed(_SEEDS[family][1])
+        config = getattr(transformers, config_class)(
+            vocab_size=len(vocab),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=4096,
+            initializer_range=_INIT_STD,
+            tie_word_embeddings=True,
+            bos_token_id=vocab[bos],
+            eos_token_id=vocab[eos],
+            **{key: vocab[value] if key.endswith("_token_id") else value for key, value in extra.items()},
+        )
+        _save(getattr(transformers, model_class)(config).eval(), out_dir)
 
-    torch.manual_seed(_SEEDS["qwen2vl"][1])
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-6,
-        initializer_range=_INIT_STD,
-        tie_word_embeddings=True,
-        bos_token_id=vocab["<|endoftext|>"],
-        eos_token_id=vocab["<|im_end|>"],
-    )
-    _save(Qwen2ForCausalLM(config).eval(), out_dir)
+    return build
 
 
 # PaddleOCR-VL: ERNIE-4.5 text with M-RoPE, a SigLIP-style vision tower and a 2x2 merging projector
@@ -623,7 +588,15 @@ FAMILIES: dict[str, Family] = {
         pad="<|im_end|>",
         chat_template=_SMOLVLM_TEMPLATE,
         build_main=_build_smolvlm,
-        build_draft=_build_llama_draft,
+        build_draft=_text_draft(
+            "smolvlm",
+            "LlamaConfig",
+            "LlamaForCausalLM",
+            "<|im_start|>",
+            "<end_of_utterance>",
+            rms_norm_eps=1e-5,
+            pad_token_id="<|im_end|>",
+        ),
         notes="Idefics3ForConditionalGeneration (SmolVLM layout); draft: LlamaForCausalLM",
     ),
     "qwen2vl": Family(
@@ -634,7 +607,9 @@ FAMILIES: dict[str, Family] = {
         pad="<|endoftext|>",
         chat_template=_QWEN2VL_TEMPLATE,
         build_main=_build_qwen2vl,
-        build_draft=_build_qwen2_draft,
+        build_draft=_text_draft(
+            "qwen2vl", "Qwen2Config", "Qwen2ForCausalLM", "<|endoftext|>", "<|im_end|>", rms_norm_eps=1e-6
+        ),
         notes="Qwen2VLForConditionalGeneration; draft: Qwen2ForCausalLM",
     ),
     "lightonocr": Family(
@@ -645,7 +620,15 @@ FAMILIES: dict[str, Family] = {
         pad="<|endoftext|>",
         chat_template=_LIGHTONOCR_TEMPLATE,
         build_main=_build_lightonocr,
-        build_draft=_build_qwen3_draft,
+        build_draft=_text_draft(
+            "lightonocr",
+            "Qwen3Config",
+            "Qwen3ForCausalLM",
+            "<|endoftext|>",
+            "<|im_end|>",
+            head_dim=16,
+            rms_norm_eps=1e-6,
+        ),
         notes="LightOnOcrForConditionalGeneration (Qwen3 text, Pixtral vision); draft: Qwen3ForCausalLM",
     ),
     "paddleocr_vl": Family(
