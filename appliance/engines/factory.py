@@ -8,7 +8,6 @@ import numpy as np
 
 from appliance.config import EngineConfig
 from appliance.engines.base import Engine, PageText
-from appliance.errors import ModelError
 
 
 class EnginePair:
@@ -66,4 +65,4 @@ def vlm_of(engine: Engine) -> Any | None:
     return engine.vlm if isinstance(engine, EnginePair) else None
 
 
-__all__ = ["EnginePair", "ModelError", "build_engine", "vlm_of"]
+__all__ = ["EnginePair", "build_engine", "vlm_of"]

@@ -78,7 +78,7 @@ class VlmGgufEngine:
         self.plan: MemoryPlan = plan_memory(
             shape, config.vram_budget_mb, want_ctx, min_ctx, gpu=gpu, kv_type=config.kv_cache_type
         )
-        self._fallbacks: list[str] = list(self.plan.notes)
+        self._fallbacks: list[str] = []  # allocations that failed at load and what was tried next
         self._draft_model: runtime.TextModel | None = None
         self._draft_context: runtime.Context | None = None
         try:
@@ -97,7 +97,6 @@ class VlmGgufEngine:
             min_acceptance=config.draft.min_acceptance,
             min_drafted=config.draft.min_drafted,
         )
-        self.last_page: dict[str, Any] = {}
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
 
     def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
@@ -196,7 +195,6 @@ class VlmGgufEngine:
         if reason:
             warnings.append(f"vlm_gguf: {reason}")
         details = {**page.details, "total_ms": round(total_ms, 2)}
-        self.last_page = details
         self.last_generation = page.generation
         return PageText(
             lines=lines,
@@ -266,7 +264,8 @@ class VlmGgufEngine:
             "prompt_ms": round(prompt_ms, 2),
             "decode_ms": round(decode_ms, 2),
             "stop_reason": generation.stop_reason,
-            "hint_tokens": len(self._hint_tokens),
+            "hint_chars": len(hint or ""),
+            "hint_tokens": len(hint_tokens or []),  # exact tokens given (benchmarks); 0 for a text hint
             **generation.stats.to_dict(),
         }
         return PageRead(parse_answer(text, confidences, self.profile.output_format), generation, details)
@@ -275,11 +274,9 @@ class VlmGgufEngine:
         self, hint: str | None, prompt_text_tokens: list[int], hint_tokens: list[int] | None
     ) -> DraftSource | None:
         source = self._config.draft.source
-        self._hint_tokens: list[int] = list(hint_tokens or [])
         if hint_tokens:
             return HintDraft(hint_tokens)
         if source == "ocr_hint" and hint:
-            self._hint_tokens = self._model.tokenize(hint)
             return TextHintDraft(hint, self._model.piece, self._model.tokenize)
         if source == "model" and self._draft_context is not None:
             self._draft_context.reset()

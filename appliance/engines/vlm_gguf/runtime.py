@@ -98,9 +98,6 @@ class TextModel:
             length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, False)
         return buffer.raw[:length]
 
-    def token_texts_digest(self) -> list[bytes]:
-        return [llama_cpp.llama_vocab_get_text(self.vocab, token) or b"" for token in range(self.n_vocab)]
-
     def is_end(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
