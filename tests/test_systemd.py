@@ -106,7 +106,10 @@ def test_lifecycle_messages_arrive_in_order(tmp_path: Path, notify_socket: Notif
         assert wait_for(lambda: "READY" in notify_socket.names())
         (tmp_path / "in" / "a.png").write_bytes(png_bytes())
         assert wait_for((tmp_path / "out" / "a.png.json").exists)
-        assert wait_for(lambda: len(notify_socket.times("WATCHDOG=1")) >= 3)
+        # the JSON is written by the worker before the main loop settles the job: wait for the line
+        assert wait_for(lambda: any("1 done" in line for line in _statuses(notify_socket)))
+        pings = len(notify_socket.times("WATCHDOG=1"))
+        assert wait_for(lambda: len(notify_socket.times("WATCHDOG=1")) >= pings + 3)
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -120,9 +123,11 @@ def test_lifecycle_messages_arrive_in_order(tmp_path: Path, notify_socket: Notif
         < keys.index("STOPPING")
     )
     assert keys[-1] == "STOPPING"
-    statuses = [line for _, line in notify_socket.messages if line.startswith("STATUS=")]
-    assert any("queued" in line and "done" in line for line in statuses)
-    assert any("1 done" in line for line in statuses)
+    assert any("queued" in line and "0 done" in line for line in _statuses(notify_socket))
+
+
+def _statuses(receiver: NotifySocket) -> list[str]:
+    return [line for _, line in list(receiver.messages) if line.startswith("STATUS=")]
 
 
 def test_watchdog_pings_stop_while_the_engine_hangs_and_resume_after(
