@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -96,10 +99,56 @@ def test_orientation_can_be_switched_off() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thread_counts_are_configurable(threads: int) -> None:
-    engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=threads))
+    engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=threads, line_parallelism=1))
     # The setting reaches the sessions the engine really runs (not only the config object) ...
     for reader in (engine._detector, engine._recognizer):
         assert reader._session.get_session_options().intra_op_num_threads == threads
     # ... and reading still works with it.
     page = rendering.receipt()
     assert cer(_read(engine, page.bgr()), page.text) <= RECEIPT_CER_BOUND
+
+
+class _ThreadRecorder:
+    """Wraps an onnxruntime session and notes which threads call run()."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.threads: set[int] = set()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        return self._session.run(*args, **kwargs)
+
+
+def test_lines_read_side_by_side_read_the_same() -> None:
+    """Lines spread over single-threaded runs give the reads of one line at a time."""
+    serial = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=2, line_parallelism=1))
+    parallel = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=2, line_parallelism=3))
+    assert parallel.describe()["line_parallelism"] == 3
+    options = {
+        name: reader._session.get_session_options().intra_op_num_threads
+        for name, reader in (("det", parallel._detector), ("rec", parallel._recognizer))
+    }
+    assert options == {"det": 2, "rec": 1}
+    assert parallel._orientation is not None
+    assert parallel._orientation._session.get_session_options().intra_op_num_threads == 1
+    recorder = _ThreadRecorder(parallel._recognizer._session)
+    parallel._recognizer._session = recorder
+    orientation = _ThreadRecorder(parallel._orientation._session)
+    parallel._orientation._session = orientation
+    try:
+        for image in (
+            rendering.receipt().bgr(),
+            np.ascontiguousarray(rendering.chinese_page().bgr()[::-1, ::-1]),
+        ):
+            expected = serial.recognize(image).lines
+            got = parallel.recognize(image).lines
+            assert [line.text for line in got] == [line.text for line in expected]
+            assert [line.rotated_180 for line in got] == [line.rotated_180 for line in expected]
+            for mine, theirs in zip(got, expected, strict=True):
+                assert mine.char_confidences == pytest.approx(theirs.char_confidences, abs=1e-5)
+        assert len(recorder.threads) > 1 and threading.get_ident() not in recorder.threads
+        assert len(orientation.threads) > 1
+    finally:
+        serial.close()
+        parallel.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,15 @@ def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> 
     return words
 
 
+def line_threads(config: PpocrOnnxConfig) -> int:
+    """How many lines run at once (see PpocrOnnxConfig.line_parallelism)."""
+    if config.line_parallelism:
+        return config.line_parallelism
+    if config.intra_op_threads:
+        return config.intra_op_threads
+    return len(os.sched_getaffinity(0))  # the cores this process may use, not the machine's
+
+
 def _confident(read: LineRead) -> bool:
     return bool(read.text) and read.confidence >= _ORIENTATION_GATE
 
@@ -139,6 +150,12 @@ class PpocrOnnxEngine:
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
         self._folded: dict[str, int] = {}
+        self._line_threads = line_threads(config)
+        self._pool = (
+            ThreadPoolExecutor(self._line_threads, thread_name_prefix="ocr-line")
+            if self._line_threads > 1
+            else None
+        )
         sessions = {}
         for role in roles:
             model = None
@@ -149,10 +166,13 @@ class PpocrOnnxEngine:
                     model, self._folded[role] = folded_model(paths[role])
                 except Exception as error:  # onnx/onnxruntime raise their own untyped errors
                     raise ModelError(f"cannot fold {paths[role]} at load: {error}") from None
+            # Lines run side by side on single-threaded runs; the detector's one run per page
+            # keeps every intra-op thread.
+            line_model = role != "det" and self._pool is not None
             sessions[role], self._sessions[role] = create_session(
                 paths[role],
                 config.provider,
-                config.intra_op_threads,
+                1 if line_model else config.intra_op_threads,
                 config.inter_op_threads,
                 allow_spinning=config.allow_spinning,
                 graph_level=config.graph_optimization,
@@ -166,11 +186,11 @@ class PpocrOnnxEngine:
             unclip_ratio=config.det_unclip_ratio,
         )
         self._recognizer = TextRecognizer(
-            sessions["rec"], paths["keys"], config.rec_batch_size, config.rec_min_width
+            sessions["rec"], paths["keys"], config.rec_batch_size, config.rec_min_width, pool=self._pool
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
-            self._orientation = LineOrientation(sessions["cls"])
+            self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
         self._model_dir = model_dir
         self._paths = {role: paths[role] for role in roles}
 
@@ -201,7 +221,12 @@ class PpocrOnnxEngine:
                     "fallback_reason": info.fallback_reason if info else None,
                 }
             )
-        return {"name": self.name, "manifest": self._manifest.name, "models": models}
+        return {
+            "name": self.name,
+            "manifest": self._manifest.name,
+            "models": models,
+            "line_parallelism": self._line_threads,
+        }
 
     def recognize(self, image: np.ndarray) -> PageText:
         timings: dict[str, float] = {}
@@ -274,3 +299,5 @@ class PpocrOnnxEngine:
 
     def close(self) -> None:
         self._sessions.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

@@ -9,6 +9,9 @@ costs a little time but never a line.
 
 from __future__ import annotations
 
+import math
+from concurrent.futures import Executor
+
 import cv2
 import numpy as np
 import onnxruntime as ort
@@ -38,10 +41,19 @@ def _prepare(piece: np.ndarray) -> np.ndarray:
 class LineOrientation:
     """Probability that each line crop is upside down."""
 
-    def __init__(self, session: ort.InferenceSession, batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        batch_size: int = 16,
+        pool: Executor | None = None,
+        threads: int = 1,
+    ) -> None:
+        """`pool` with `threads` threads: the windows are shared out in batches run at once."""
         self._session = session
         self._input = session.get_inputs()[0].name
         self._batch_size = batch_size
+        self._pool = pool
+        self._threads = threads if pool is not None else 1
 
     def upside_down_probability(self, crops: list[np.ndarray]) -> list[float]:
         pieces: list[np.ndarray] = []
@@ -54,10 +66,19 @@ class LineOrientation:
             return []
         probabilities = np.zeros(len(crops), dtype=np.float64)
         counts = np.zeros(len(crops), dtype=np.float64)
-        for start in range(0, len(pieces), self._batch_size):
-            batch = np.stack(pieces[start : start + self._batch_size])
-            output = self._session.run(None, {self._input: batch})[0]
-            for row, index in zip(output, owner[start : start + self._batch_size], strict=True):
+        # Enough batches to give every thread one; each still at most batch_size windows.
+        size = min(self._batch_size, math.ceil(len(pieces) / self._threads))
+        starts = range(0, len(pieces), size)
+
+        def run(start: int) -> np.ndarray:
+            output: np.ndarray = self._session.run(
+                None, {self._input: np.stack(pieces[start : start + size])}
+            )[0]
+            return output
+
+        outputs = map(run, starts) if self._pool is None or len(starts) < 2 else self._pool.map(run, starts)
+        for start, output in zip(starts, outputs, strict=True):
+            for row, index in zip(output, owner[start : start + size], strict=True):
                 probabilities[index] += float(row[1])
                 counts[index] += 1
         return [float(value) for value in probabilities / np.maximum(counts, 1)]

@@ -8,6 +8,7 @@ sits (for word boxes in hOCR/ALTO), with batches grouped by width so padding sta
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +69,16 @@ class TextRecognizer:
     """Reads batches of line crops."""
 
     def __init__(
-        self, session: ort.InferenceSession, keys_path: Path, batch_size: int, min_width: int = _MIN_WIDTH
+        self,
+        session: ort.InferenceSession,
+        keys_path: Path,
+        batch_size: int,
+        min_width: int = _MIN_WIDTH,
+        pool: Executor | None = None,
     ) -> None:
+        """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads)."""
         self._session = session
+        self._pool = pool
         self._min_width = min_width
         self._input = session.get_inputs()[0].name
         classes = session.get_outputs()[0].shape[-1]
@@ -87,9 +95,16 @@ class TextRecognizer:
         results: list[LineRead | None] = [None] * len(crops)
         # Sorting by aspect ratio keeps lines of similar width together, so little is padding.
         order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / max(crops[i].shape[0], 1))
-        for start in range(0, len(order), self._batch_size):
-            indices = order[start : start + self._batch_size]
-            for index, read in zip(indices, self._run_batch([crops[i] for i in indices]), strict=True):
+        batches = [
+            order[start : start + self._batch_size] for start in range(0, len(order), self._batch_size)
+        ]
+
+        def run(indices: list[int]) -> list[LineRead]:
+            return self._run_batch([crops[i] for i in indices])
+
+        reads = map(run, batches) if self._pool is None or len(batches) < 2 else self._pool.map(run, batches)
+        for indices, batch_reads in zip(batches, reads, strict=True):
+            for index, read in zip(indices, batch_reads, strict=True):
                 results[index] = read
         return [read for read in results if read is not None]
 
