@@ -44,7 +44,7 @@ from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_pa
 
 OURS = "appliance"
 TESSERACT = "tesseract"
-STAGES = ("rasterize", "det", "cls", "rec", "layout")
+STAGES = ("rasterize", "preprocess", "det", "cls", "rec", "layout")
 
 
 @dataclass(frozen=True)
