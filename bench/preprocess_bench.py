@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         for page in pages:
             for config in filter(None, args.ablation.split(",")):  # --ablation "": variants only
                 jobs.append(Job(folder.name, page, case_insensitive, "upright", config))
-            for variant in args.variants.split(","):
+            for variant in filter(None, args.variants.split(",")):  # --variants "": ablation only
                 if variant == "upright":
                     continue
                 for config in args.configs.split(","):
