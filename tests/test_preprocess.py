@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from appliance.config import PreprocessConfig
-from appliance.document import Line
 from appliance.engines.base import OrientationEvidence, PageText
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.pipeline.preprocess import preprocess, read_page
@@ -15,6 +14,7 @@ from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotat
 from appliance.pipeline.preprocess.orientation import read_upright
 from appliance.pipeline.preprocess.transform import PageTransform
 from tests import rendering
+from tests.fakes.orientation import SidewaysEngine, UpsideDownEngine
 from tests.rendering import LATIN_FONT, render_lines
 from tests.scoring import cer
 
@@ -150,46 +150,17 @@ def test_transform_round_trip_of_a_quarter_turn() -> None:
     assert np.allclose(transform.to_original(processed[None, :])[0], [10.0, 20.0])
 
 
-class _UpsideDownEngine:
-    """Reads well only when the page's top-left pixel is white (the page's upright corner)."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def describe(self) -> dict[str, object]:
-        return {"name": self.name, "models": []}
-
-    def recognize(self, image: np.ndarray) -> PageText:
-        self.calls += 1
-        upright = bool(image[0, 0, 0] == 255)
-        confidence = 0.95 if upright else 0.55
-        line = Line(
-            text="TOTAL 9.00",
-            box=(10.0, 10.0, 110.0, 30.0),
-            polygon=((10.0, 10.0), (110.0, 10.0), (110.0, 30.0), (10.0, 30.0)),
-            confidence=confidence,
-            char_confidences=[confidence] * 9,
-            rotated_180=not upright,
-        )
-        return PageText(lines=[line])
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_page_reading_upside_down_is_read_again_turned() -> None:
     page = np.full((100, 200, 3), 255, np.uint8)
     page[0, 0] = 0  # the top-left corner is dark: this page is upside down
-    engine = _UpsideDownEngine()
+    engine = UpsideDownEngine()
     read, _, turn, decision = read_upright(engine, page, min_upright=0.25)
     assert decision.turns == 2 and turn is not None and engine.calls == 2
     assert read.lines[0].confidence == 0.95
 
 
 def test_an_upright_page_is_read_once() -> None:
-    engine = _UpsideDownEngine()
+    engine = UpsideDownEngine()
     _, _, turn, decision = read_upright(engine, np.full((100, 200, 3), 255, np.uint8), min_upright=0.25)
     assert not decision.checked and turn is None and engine.calls == 1
 
@@ -198,7 +169,7 @@ def test_read_page_maps_boxes_to_the_raster_page_and_flags_lines_under_seals() -
     page = np.full((100, 200, 3), 255, np.uint8)
     page[0, 0] = 0
     cv2.circle(page, (130, 80), 18, (30, 30, 220), 3)  # a seal over the line on the scan
-    read = read_page(_UpsideDownEngine(), page, PreprocessConfig(seal_min_size=0.2))
+    read = read_page(UpsideDownEngine(), page, PreprocessConfig(seal_min_size=0.2))
     line = read.blocks[0].lines[0]
     # Read at (10..110, 10..30) on the turned page, which is (89..189, 69..89) on the scan.
     assert line.box == pytest.approx((89.0, 69.0, 189.0, 89.0))
@@ -207,45 +178,12 @@ def test_read_page_maps_boxes_to_the_raster_page_and_flags_lines_under_seals() -
     assert read.warnings
 
 
-class _SidewaysEngine:
-    """Reports its regions vertical unless the page is wider than tall, upright only one way up."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def describe(self) -> dict[str, object]:
-        return {"name": self.name, "models": []}
-
-    def recognize(self, image: np.ndarray) -> PageText:
-        self.calls += 1
-        height, width = image.shape[:2]
-        sideways = height > width
-        # The page's dark corner is top-left when upright; the crops of a page turned clockwise
-        # read upright once the engine turns them back counter-clockwise.
-        corner_top_left = bool(image[0, 0, 0] == 0)
-        corner_top_right = bool(image[0, -1, 0] == 0)
-        reads_upright = corner_top_left or (sideways and corner_top_right)
-        evidence = OrientationEvidence(
-            regions=4,
-            length=400.0,
-            upright=360.0 if reads_upright else 0.0,
-            flipped=0.0 if reads_upright else 200.0,
-            vertical=400.0 if sideways else 0.0,
-        )
-        return PageText(lines=[], evidence=evidence)
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize(("turns", "expected"), [(0, 0), (1, 3), (2, 2), (3, 1)])
 def test_the_first_read_decides_the_turn(turns: int, expected: int) -> None:
     page = np.full((100, 200, 3), 255, np.uint8)
     page[0, 0] = 0
     scanned, _ = rotate_quarter(page, turns)
-    engine = _SidewaysEngine()
+    engine = SidewaysEngine()
     _, image, matrix, decision = read_upright(engine, scanned, min_upright=0.25)
     assert decision.turns == expected
     assert image.shape == page.shape and image[0, 0, 0] == 0
@@ -255,7 +193,7 @@ def test_the_first_read_decides_the_turn(turns: int, expected: int) -> None:
 
 
 def test_a_page_that_reads_badly_every_way_keeps_its_first_read() -> None:
-    class _Unreadable(_SidewaysEngine):
+    class _Unreadable(SidewaysEngine):
         def recognize(self, image: np.ndarray) -> PageText:
             self.calls += 1
             evidence = OrientationEvidence(regions=3, length=300.0, upright=10.0, flipped=0.0, vertical=0.0)
@@ -299,7 +237,7 @@ def test_engine_evidence_tells_the_turn(engine: PpocrOnnxEngine, turns: int) -> 
 def test_a_poor_scan_is_kept_the_right_way_round_rather_than_sideways() -> None:
     """No read reaches min_upright; the upright one wins over the sideways one reading a bit more."""
 
-    class _Faint(_SidewaysEngine):
+    class _Faint(SidewaysEngine):
         def recognize(self, image: np.ndarray) -> PageText:
             self.calls += 1
             sideways = image.shape[0] > image.shape[1]
