@@ -172,6 +172,8 @@ class Daemon:
         )
         self._pages_log: collections.deque[tuple[float, int]] = collections.deque(maxlen=100_000)
         self._decoding: dict[str, float] = {}  # VLM decoding sums since start (the status API shows them)
+        # The highest GPU memory in use (device-wide) the VLM reported after a page since start.
+        self._gpu_memory_peak: int | None = None
         self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
@@ -790,6 +792,8 @@ class Daemon:
             self._pages_log.append((time.monotonic(), outcome.pages))
             for key, value in outcome.decoding.items():
                 self._decoding[key] = self._decoding.get(key, 0.0) + value
+            if outcome.gpu_memory_used_bytes is not None:
+                self._gpu_memory_peak = max(self._gpu_memory_peak or 0, outcome.gpu_memory_used_bytes)
             if outcome.route == "review":
                 self._to_review(job, outcome, confidence)
                 return
@@ -1113,11 +1117,22 @@ class Daemon:
             workers_busy=len(self._jobs_by_worker),
             queue={state.value: count for state, count in counts.items()},
             pages_per_second=rates,
-            gpu_memory_used_bytes=None,
-            gpu_memory_budget_bytes=None,
+            gpu_memory_used_bytes=self._gpu_memory_peak,
+            gpu_memory_budget_bytes=self._gpu_memory_budget(),
             recent_errors=list(self.recent_errors),
             vlm_decoding=dict(self._decoding),
         )
+
+    def _gpu_memory_budget(self) -> int | None:
+        """The VLM's configured VRAM budget, when it runs on a GPU (its description reports GPU memory).
+
+        The whole budget, not a worker's share of it: the used figure beside it is the device's.
+        """
+        vlm_config = self._config.engine.vlm_gguf
+        vlm = self.engine_description.get("vlm") or {}
+        if vlm_config is None or not vlm.get("gpu_memory"):
+            return None
+        return vlm_config.vram_budget_mb * 2**20
 
     def metrics(self) -> dict[str, float]:
         counts = self.journal.counts()

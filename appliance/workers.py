@@ -28,7 +28,7 @@ from appliance.engines.base import Engine
 from appliance.errors import DocumentError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
-from appliance.pipeline.cascade import decoding_totals
+from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.review import apply_site_dictionary, review_folder, write_review_extras
@@ -81,6 +81,7 @@ class JobOutcome:
     reasons: list[str] = field(default_factory=list)
     audit: dict[str, Any] | None = None  # the audit record, built here where the Document is
     decoding: dict[str, float] = field(default_factory=dict)  # VLM decoding sums (cascade.decoding_totals)
+    gpu_memory_used_bytes: int | None = None  # the highest the VLM saw after a page (cascade.gpu_memory_peak)
 
 
 def _read_one(
@@ -157,6 +158,7 @@ def _read_one(
         reasons=decision.reasons,
         audit=record,
         decoding=decoding_totals([page.engine_details for page in document.pages]),
+        gpu_memory_used_bytes=gpu_memory_peak([page.engine_details for page in document.pages]),
     )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from appliance.api import convert
@@ -21,11 +23,39 @@ from appliance.config import (
     load_config,
 )
 from appliance.control import Control
+from appliance.engines.base import PageText
 from appliance.errors import ConfigError
 from tests.fakes import engines as fakes
 from tests.polling import DaemonThread, png_bytes, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
+GIB = 2**30
+
+
+class GpuVlmReader(fakes.FakeVlmReader):
+    """A VLM stand-in on a GPU: each page reports the card's memory in use after it, as vlm_gguf does."""
+
+    def __init__(self, readings: list[int]) -> None:
+        super().__init__(["INVOICE 42"])
+        self.readings = readings
+
+    def describe(self) -> dict[str, Any]:
+        before, after = self.readings[0] - GIB, self.readings[0]
+        memory = {"before_load_bytes": before, "after_load_bytes": after, "peak_bytes": after}
+        return {**super().describe(), "gpu_memory": {**memory, "budget_bytes": 4 * GIB}}
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        page = super().read(image, hint, deadline)
+        used = self.readings[min(len(self.hints), len(self.readings)) - 1]
+        page.details[self.name]["gpu_memory_used_bytes"] = used
+        return page
+
+
+def unsure_engine_with_gpu_vlm() -> Any:
+    """The ONNX stand-in of the cascade tests with a VLM whose pages say 7 GiB, then 6 GiB in use."""
+    from appliance.engines.factory import EnginePair
+
+    return EnginePair(fakes.FixedTextEngine("INV0ICE 42", confidence=0.5), GpuVlmReader([7 * GIB, 6 * GIB]))
 
 
 def _config(root: Path, mode: str) -> AppConfig:
@@ -72,6 +102,32 @@ def test_an_unsure_page_is_read_again_by_the_vlm_and_counted_in_the_status(tmp_p
     message = convert.status(status)
     assert message.HasField("vlm_decoding")
     assert message.vlm_decoding.pages == 1
+    # A VLM on the CPU reports no GPU memory, so neither does the status.
+    assert status.gpu_memory_used_bytes is None and status.gpu_memory_budget_bytes is None
+    assert not message.HasField("gpu_memory_used_bytes")
+
+
+def test_the_status_reports_the_highest_gpu_memory_the_pages_saw_and_the_vlm_budget(tmp_path: Path) -> None:
+    config = _config(tmp_path, "always")
+    with DaemonThread(config, unsure_engine_with_gpu_vlm) as running:
+        control = Control(running.daemon)
+        status = control.status()
+        assert status.gpu_memory_used_bytes is None  # no page read yet
+        assert status.gpu_memory_budget_bytes == 8192 * 2**20  # the configured budget, all workers'
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / "first.png").write_bytes(png_bytes())
+        (tmp_path / "in" / "second.png").write_bytes(png_bytes(size=(330, 200)))
+        assert wait_for(lambda: control.status().vlm_decoding.get("pages", 0) >= 2)
+        status = control.status()
+    assert status.gpu_memory_used_bytes == 7 * GIB  # the first page's, not the last one's
+    pages = [json.loads(path.read_text())["pages"][0] for path in (tmp_path / "out").glob("*.json")]
+    assert sorted(page["engine_details"]["vlm_gguf"]["gpu_memory_used_bytes"] for page in pages) == [
+        6 * GIB,
+        7 * GIB,
+    ]
+    message = convert.status(status)
+    assert message.gpu_memory_used_bytes == 7 * GIB
+    assert message.gpu_memory_budget_bytes == 8192 * 2**20
 
 
 def test_a_failing_vlm_leaves_the_onnx_read_and_counts_a_fallback(tmp_path: Path) -> None:

@@ -226,3 +226,70 @@ def test_the_memory_plan_sees_the_models_real_shape(family: str, layers: int) ->
     assert shape.head_dim > 0 and shape.n_head_kv > 0
     assert shape.n_vocab == 1024
     assert shape.kv_bytes_per_token("f16") == 2 * layers * shape.n_head_kv * shape.head_dim * 2
+
+
+def test_device_memory_asks_ggml_and_finds_only_the_cpu_on_this_build() -> None:
+    """A real call into libggml's device registry: this llama.cpp build is CPU-only."""
+    from appliance.engines.vlm_gguf import runtime
+
+    devices = runtime.device_memory()
+    cpus = [device for device in devices if device.kind == "cpu"]
+    assert len(cpus) == 1 and cpus[0].name == "CPU"
+    assert cpus[0].total_bytes > 0 and 0 <= cpus[0].free_bytes <= cpus[0].total_bytes
+    assert not [device for device in devices if device.kind in ("gpu", "igpu")]
+    assert runtime.gpu_memory_used() is None
+
+
+def test_on_the_cpu_no_gpu_memory_is_reported() -> None:
+    engine = _engine("qwen2vl", draft={"source": "none"}, max_tokens_per_page=4)
+    try:
+        details = engine.read(_page(0)).details["vlm_gguf"]
+        assert "gpu_memory_used_bytes" not in details
+        assert engine.describe()["gpu_memory"] is None
+    finally:
+        engine.close()
+
+
+def test_gpu_memory_is_sampled_before_and_after_loading_and_after_every_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GPU cannot run here: ggml's device readings are replaced by a card whose use changes
+    between the samples (the models themselves load and read on the CPU)."""
+    from appliance.engines.vlm_gguf import runtime
+
+    mib = 2**20
+    # GPU memory in use at each sample: before the load, after it, after page 1, 2 and 3.
+    used = [1000 * mib, 3000 * mib, 4500 * mib, 3500 * mib, 4000 * mib]
+    calls: list[int] = []
+
+    def device_memory() -> list[runtime.DeviceMemory]:
+        reading = used[min(len(calls), len(used) - 1)]
+        calls.append(reading)
+        total = 80_000 * mib
+        return [
+            runtime.DeviceMemory("CPU", "cpu", 1 * mib, 64_000 * mib),  # never counted
+            runtime.DeviceMemory("CUDA0", "gpu", total - (reading - 200 * mib), total),
+            runtime.DeviceMemory("iGPU", "igpu", 800 * mib, 1000 * mib),  # 200 MiB in use, counted
+        ]
+
+    monkeypatch.setattr(runtime, "device_memory", device_memory)
+    monkeypatch.setattr(runtime, "supports_gpu", lambda: True)
+    engine = _engine(
+        "qwen2vl", device="auto", vram_budget_mb=2048, draft={"source": "none"}, max_tokens_per_page=4
+    )
+    try:
+        assert engine.describe()["gpu_memory"] == {
+            "before_load_bytes": 1000 * mib,
+            "after_load_bytes": 3000 * mib,
+            "peak_bytes": 3000 * mib,
+            "budget_bytes": 2048 * mib,
+        }
+        pages = [engine.read(_page(seed)).details["vlm_gguf"] for seed in range(3)]
+        assert [page["gpu_memory_used_bytes"] for page in pages] == used[2:]
+        gpu_memory = engine.describe()["gpu_memory"]
+        assert gpu_memory["peak_bytes"] == 4500 * mib  # page 1, not the last page
+        assert gpu_memory["before_load_bytes"] == 1000 * mib
+        assert gpu_memory["after_load_bytes"] == 3000 * mib
+        assert len(calls) == 5  # one sample each: no reading hidden elsewhere
+    finally:
+        engine.close()

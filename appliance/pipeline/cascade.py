@@ -48,6 +48,20 @@ def decoding_totals(pages: list[dict[str, Any]]) -> dict[str, float]:
     return totals
 
 
+def gpu_memory_peak(pages: list[dict[str, Any]]) -> int | None:
+    """The highest GPU memory in use the VLM reported after any of the pages; None when none did.
+
+    The device's memory in use (every process on the card), not the VLM's own share: see the
+    engine's `GpuMemory`. A page read on the CPU reports none.
+    """
+    readings = [
+        int(vlm["gpu_memory_used_bytes"])
+        for details in pages
+        if (vlm := details.get("vlm_gguf")) and vlm.get("gpu_memory_used_bytes") is not None
+    ]
+    return max(readings) if readings else None
+
+
 def page_confidence(lines: list[Line]) -> float | None:
     characters = [c for line in lines for c in line.char_confidences]
     return sum(characters) / len(characters) if characters else None

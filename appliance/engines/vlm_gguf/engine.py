@@ -35,6 +35,34 @@ CUT_SHORT = {
 
 
 @dataclass
+class GpuMemory:
+    """GPU memory in use, sampled before the models load, after they load and after every page.
+
+    The readings are the devices' memory in use (ggml's gpu and igpu devices summed): every process
+    on the card counts, other workers of this daemon included. `peak_bytes - before_load_bytes`
+    approximates this engine's share when nothing else on the card grew meanwhile. Samples, not a
+    trace: memory taken and given back within a page is not seen (ggml's CUDA pools keep what they
+    grew to, so most of it is). `budget_bytes` is what this engine's memory plan fits into.
+    """
+
+    before_load_bytes: int
+    after_load_bytes: int
+    peak_bytes: int
+    budget_bytes: int
+
+    def sample(self, used_bytes: int) -> None:
+        self.peak_bytes = max(self.peak_bytes, used_bytes)
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "before_load_bytes": self.before_load_bytes,
+            "after_load_bytes": self.after_load_bytes,
+            "peak_bytes": self.peak_bytes,
+            "budget_bytes": self.budget_bytes,
+        }
+
+
+@dataclass
 class PageRead:
     """What the VLM wrote for one page and what it cost."""
 
@@ -81,11 +109,23 @@ class VlmGgufEngine:
         self._fallbacks: list[str] = []  # allocations that failed at load and what was tried next
         self._draft_model: runtime.TextModel | None = None
         self._draft_context: runtime.Context | None = None
+        # Only an engine that offloads asks the GPU: on CUDA the question alone makes a CUDA context
+        # (hundreds of MiB on the card) in a process that would otherwise never touch it.
+        before_load = runtime.gpu_memory_used() if gpu else None
         try:
             self._load(self.plan, min_ctx)
         except BaseException:
             self.close()  # a draft refused after the model loaded must not keep the model's memory
             raise
+        self.gpu_memory: GpuMemory | None = None  # None: no GPU device, or the engine runs on the CPU
+        after_load = runtime.gpu_memory_used() if before_load is not None else None
+        if before_load is not None and after_load is not None:
+            self.gpu_memory = GpuMemory(
+                before_load_bytes=before_load,
+                after_load_bytes=after_load,
+                peak_bytes=max(before_load, after_load),
+                budget_bytes=self.plan.budget_mb * 2**20,
+            )
         self._guard = LoopGuard(
             max_period=config.repetition.max_period,
             min_repeats=config.repetition.min_repeats,
@@ -164,6 +204,7 @@ class VlmGgufEngine:
             "draft_source": self._config.draft.source,
             "memory_plan": self.plan.to_dict(),
             "fallbacks": list(self._fallbacks),
+            "gpu_memory": self.gpu_memory.to_dict() if self.gpu_memory else None,
         }
 
     def text_of(self, tokens: list[int]) -> str:
@@ -187,7 +228,10 @@ class VlmGgufEngine:
         """
         started = time.perf_counter()
         height, width = image.shape[:2]
-        page = self._read_page(image, hint, deadline, hint_tokens)
+        try:
+            page = self._read_page(image, hint, deadline, hint_tokens)
+        finally:
+            gpu_used = self._sample_gpu_memory()  # a page that failed (out of memory) counts too
         total_ms = (time.perf_counter() - started) * 1000
         lines = self._lines(page.lines, width, height)
         warnings = []
@@ -195,6 +239,8 @@ class VlmGgufEngine:
         if reason:
             warnings.append(f"vlm_gguf: {reason}")
         details = {**page.details, "total_ms": round(total_ms, 2)}
+        if gpu_used is not None:
+            details["gpu_memory_used_bytes"] = gpu_used  # the device's, after the page (GpuMemory)
         self.last_generation = page.generation
         return PageText(
             lines=lines,
@@ -203,6 +249,15 @@ class VlmGgufEngine:
             details={ENGINE_NAME: details},
             review_reasons=[f"vlm_gguf: {reason}"] if reason else [],
         )
+
+    def _sample_gpu_memory(self) -> int | None:
+        """The GPUs' memory in use now, also kept as the peak; None on the CPU."""
+        if self.gpu_memory is None:
+            return None
+        used = runtime.gpu_memory_used()
+        if used is not None:
+            self.gpu_memory.sample(used)
+        return used
 
     def _scaled(self, image: np.ndarray) -> np.ndarray:
         """The page as RGB, its long side scaled down to the limit (encoding cost grows with area)."""

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import llama_cpp
+import llama_cpp.llama_cpp
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_cpp import mtmd_cpp
+from llama_cpp._ctypes_extensions import load_shared_library
 
 from appliance.engines.vlm_gguf.memory import ModelShape
 from appliance.errors import ModelError
@@ -53,6 +56,94 @@ class OutOfMemoryError(ModelError):
 def supports_gpu() -> bool:
     """Whether this llama.cpp build can offload layers (a CUDA build on a machine with a GPU)."""
     return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+DeviceKind = Literal["cpu", "gpu", "igpu", "accel", "meta", "unknown"]
+# enum ggml_backend_dev_type (ggml/include/ggml-backend.h of the llama.cpp vendored by
+# llama-cpp-python 0.3.36), in declaration order: CPU, GPU (dedicated memory), IGPU (integrated,
+# host memory), ACCEL (BLAS/AMX beside the CPU), META (wraps other devices for tensor parallelism).
+_DEVICE_KINDS: dict[int, DeviceKind] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One ggml device and its memory as its backend reports it (CUDA: cudaMemGetInfo).
+
+    For a GPU this is the whole card: memory in use by every process on it, not only this one.
+    """
+
+    name: str
+    kind: DeviceKind
+    free_bytes: int
+    total_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return max(self.total_bytes - self.free_bytes, 0)
+
+
+@functools.cache
+def _ggml_devices() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    """The device registry (libggml) and the device calls (libggml-base), with their signatures.
+
+    Hand-written because llama-cpp-python 0.3.36 binds none of ggml's backend-device API. The
+    libraries are loaded from the folder llama_cpp loaded libllama from (its `_base_path`, which
+    honours LLAMA_CPP_LIB_PATH): dlopen of the same file returns the handle already loaded, so these
+    calls see the registry llama.cpp itself filled (llama_backend_init above), not a second copy.
+    """
+    folder = Path(getattr(llama_cpp.llama_cpp, "_base_path", Path(llama_cpp.__file__).parent / "lib"))
+    registry = load_shared_library("ggml", folder)
+    base = load_shared_library("ggml-base", folder)
+    registry.ggml_backend_dev_count.argtypes = []
+    registry.ggml_backend_dev_count.restype = ctypes.c_size_t
+    registry.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    registry.ggml_backend_dev_get.restype = ctypes.c_void_p
+    base.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_name.restype = ctypes.c_char_p
+    base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_dev_type.restype = ctypes.c_int
+    base.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    base.ggml_backend_dev_memory.restype = None
+    return registry, base
+
+
+def device_memory() -> list[DeviceMemory]:
+    """Every device ggml registered (the CPU always; GPUs on a CUDA build) with its free and total memory.
+
+    On a CUDA device this makes a CUDA context in this process if there is none yet (hundreds of
+    MiB on the card): call it only where the process uses the GPU anyway.
+    """
+    registry, base = _ggml_devices()
+    devices: list[DeviceMemory] = []
+    for index in range(int(registry.ggml_backend_dev_count())):
+        device = registry.ggml_backend_dev_get(index)
+        if not device:
+            continue
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        base.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+        name = base.ggml_backend_dev_name(device) or b""
+        devices.append(
+            DeviceMemory(
+                name=name.decode("utf-8", errors="replace"),
+                kind=_DEVICE_KINDS.get(int(base.ggml_backend_dev_type(device)), "unknown"),
+                free_bytes=int(free.value),
+                total_bytes=int(total.value),
+            )
+        )
+    return devices
+
+
+def gpu_memory_used() -> int | None:
+    """Bytes in use on the GPUs (dedicated and integrated) summed, or None when ggml has no GPU device.
+
+    Device-wide: every process's allocations on the cards, this one's among them.
+    """
+    gpus = [device for device in device_memory() if device.kind in ("gpu", "igpu")]
+    return sum(device.used_bytes for device in gpus) if gpus else None
 
 
 class TextModel:
