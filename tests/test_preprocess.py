@@ -9,7 +9,7 @@ import pytest
 from appliance.config import PreprocessConfig
 from appliance.engines.base import OrientationEvidence, PageText
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.pipeline.preprocess import preprocess, read_page
+from appliance.pipeline.preprocess import filters, preprocess, read_page
 from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotate_quarter
 from appliance.pipeline.preprocess.orientation import read_upright
 from appliance.pipeline.preprocess.transform import PageTransform
@@ -257,3 +257,16 @@ def test_a_poor_scan_is_kept_the_right_way_round_rather_than_sideways() -> None:
     engine = _Faint()
     _, image, _, decision = read_upright(engine, scanned, min_upright=0.25)
     assert decision.turns == 3 and image[0, 0, 0] == 0 and engine.calls == 3
+
+
+def test_shrink_matches_an_area_resize() -> None:
+    """The quick shrink keeps what the ink profile and seal search see: strokes, blobs, their places."""
+    page = cv2.resize(_page(), None, fx=4, fy=4, interpolation=cv2.INTER_NEAREST)  # a large scan
+    cv2.circle(page, (900, 700), 150, (30, 30, 220), 12)
+    scale = 0.15
+    quick = filters.shrink(page, scale)
+    exact = cv2.resize(page, quick.shape[1::-1], interpolation=cv2.INTER_AREA)
+    assert quick.shape == exact.shape
+    assert quick.shape[:2] == (round(page.shape[0] * scale), round(page.shape[1] * scale))
+    assert float(np.mean(np.abs(quick.astype(np.int16) - exact.astype(np.int16)))) < 4.0  # nearest: 9.6
+    assert filters.shrink(page, 1.0) is page

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from appliance.document import Box
+from appliance.pipeline.preprocess.filters import shrink
 
 _WORK_SHORT = 800  # pixels; the smallest seal (5% of the short side) is still 40 pixels there
 
@@ -31,8 +32,7 @@ def find_seals(image: np.ndarray, min_saturation: int, min_size_share: float) ->
     # Found on the page scaled to a short side of _WORK_SHORT: at full size the colour conversion
     # and the closing of a 12-megapixel receipt took most of the page's time (7-14 s of 12-24 s).
     scale = min(1.0, _WORK_SHORT / min(image.shape[:2]))
-    if scale < 1:
-        image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    image = shrink(image, scale)
     mask = red_mask(image, min_saturation)
     short = min(image.shape[:2])
     # Closing joins a seal's ring, its characters and its star into one blob.
