@@ -76,6 +76,10 @@ class PpocrOnnxConfig(_Strict):
     # one operator: on 2 cores, recognition of 12 receipts took 266 ms a page this way against
     # 382 ms with two threads inside each run (same reads).
     line_parallelism: StrictInt = Field(default=0, ge=0, le=64)
+    # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
+    # Latin-1 and common typographic signs) or a UTF-8 file listing them. The other classes are
+    # cut from the recogniser's head at load (engines/ppocr_onnx/charset.py).
+    charset: str | None = None
     use_line_orientation: StrictBool = True
     orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)

@@ -22,11 +22,12 @@ from appliance.engines.manifest import (
     load_manifest,
     verify_models,
 )
+from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
-from appliance.engines.ppocr_onnx.graph import folded_model
+from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
-from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer
+from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, read_keys
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
 from appliance.errors import ModelError
 
@@ -150,6 +151,7 @@ class PpocrOnnxEngine:
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
         self._folded: dict[str, int] = {}
+        self._kept: list[int] | None = None  # the dictionary entries a charset keeps
         self._line_threads = line_threads(config)
         self._pool = (
             ThreadPoolExecutor(self._line_threads, thread_name_prefix="ocr-line")
@@ -166,6 +168,10 @@ class PpocrOnnxEngine:
                     model, self._folded[role] = folded_model(paths[role])
                 except Exception as error:  # onnx/onnxruntime raise their own untyped errors
                     raise ModelError(f"cannot fold {paths[role]} at load: {error}") from None
+            if role == "rec" and config.charset is not None:
+                model = self._restricted_head(
+                    model or paths["rec"].read_bytes(), paths["keys"], config.charset
+                )
             # Lines run side by side on single-threaded runs; the detector's one run per page
             # keeps every intra-op thread.
             line_model = role != "det" and self._pool is not None
@@ -186,13 +192,28 @@ class PpocrOnnxEngine:
             unclip_ratio=config.det_unclip_ratio,
         )
         self._recognizer = TextRecognizer(
-            sessions["rec"], paths["keys"], config.rec_batch_size, config.rec_min_width, pool=self._pool
+            sessions["rec"],
+            paths["keys"],
+            config.rec_batch_size,
+            config.rec_min_width,
+            pool=self._pool,
+            kept=self._kept,
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
             self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
         self._model_dir = model_dir
         self._paths = {role: paths[role] for role in roles}
+
+    def _restricted_head(self, model: bytes, keys_path: Path, charset: str) -> bytes:
+        keys = read_keys(keys_path)
+        self._kept = charset_classes(keys, load_charset(charset))
+        try:
+            return restrict_output_classes(model, self._kept, len(keys))
+        except ValueError as error:
+            raise ModelError(
+                f"cannot cut the recogniser to engine.ppocr_onnx.charset {charset!r}: {error}"
+            ) from None
 
     @property
     def model_paths(self) -> dict[str, Path]:
@@ -226,6 +247,8 @@ class PpocrOnnxEngine:
             "manifest": self._manifest.name,
             "models": models,
             "line_parallelism": self._line_threads,
+            "charset": self._config.charset,
+            "classes": len(self._recognizer.keys),
         }
 
     def recognize(self, image: np.ndarray) -> PageText:

@@ -256,3 +256,53 @@ def folded_model(source: Path) -> tuple[bytes, int]:
         model = onnx.load(str(basic))
     model, folded = fold_affine_into_conv(model)
     return model.SerializeToString(), folded
+
+
+def _ctc_head(graph: _Graph) -> tuple[str, str]:
+    """Names of the weight and bias of the last MatMul + Add before the output Softmax."""
+    producers = {output: node for node in graph.graph.node for output in node.output}
+    softmax = next(
+        (node for node in graph.graph.node if node.op_type == "Softmax" and node.output[0] in graph.outputs),
+        None,
+    )
+    if softmax is None:
+        raise ValueError("no Softmax gives the model's output")
+    node = producers.get(softmax.input[0])
+    while node is not None and node.op_type == "Identity":
+        node = producers.get(node.input[0])
+    if node is None or node.op_type != "Add":
+        raise ValueError("the output Softmax does not follow a bias Add")
+    biases = [name for name in node.input if name in graph.initializers]
+    matmuls = [
+        producers[name] for name in node.input if name in producers and producers[name].op_type == "MatMul"
+    ]
+    weights = [name for name in matmuls[0].input if name in graph.initializers] if len(matmuls) == 1 else []
+    if len(biases) != 1 or len(weights) != 1:
+        raise ValueError("the output Softmax does not follow a MatMul with constant weights and a bias")
+    return weights[0], biases[0]
+
+
+def restrict_output_classes(serialized: bytes, kept: list[int], classes: int) -> bytes:
+    """The recogniser with its CTC head cut to the `kept` classes (see charset.py).
+
+    The head's weight columns and bias entries outside `kept` are dropped, so the output Softmax
+    runs over the kept classes only. `classes` is the dictionary's length, checked against the
+    head's width first.
+    """
+    model = onnx.load_from_string(serialized)
+    graph = _Graph(model)
+    weight_name, bias_name = _ctc_head(graph)
+    weight = numpy_helper.to_array(graph.initializers[weight_name])
+    bias = numpy_helper.to_array(graph.initializers[bias_name])
+    if weight.shape[-1] != classes or bias.shape[-1] != classes:
+        raise ValueError(f"the head has {weight.shape[-1]} classes, the dictionary {classes}")
+    columns = np.asarray(kept, dtype=np.int64)
+    graph.initializers[weight_name].CopyFrom(
+        numpy_helper.from_array(np.ascontiguousarray(weight[..., columns]), weight_name)
+    )
+    graph.initializers[bias_name].CopyFrom(numpy_helper.from_array(bias[..., columns], bias_name))
+    for value in model.graph.output:  # the declared class dimension, where the export fixed one
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[-1].HasField("dim_value"):
+            dims[-1].dim_value = len(kept)
+    return model.SerializeToString()

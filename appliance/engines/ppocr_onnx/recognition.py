@@ -38,18 +38,24 @@ class LineRead:
         return float(np.mean(self.confidences)) if self.confidences else 0.0
 
 
-def load_keys(path: Path, classes: int) -> list[str]:
+def read_keys(path: Path) -> list[str]:
+    """The dictionary's entries, one per line, as the file has them (blank and space included)."""
+    keys = path.read_text(encoding="utf-8").split("\n")
+    if keys and keys[-1] == "":
+        keys.pop()
+    return [key.rstrip("\r") for key in keys]
+
+
+def load_keys(path: Path, classes: int, kept: list[int] | None = None) -> list[str]:
     """The character table, index-aligned with the model's output classes.
 
     ppocr_keys_v5.txt already holds the CTC blank as line 0 and a space as its last line, so the
     file is used as is; a table whose length differs from the model's classes would shift every
-    character and is refused.
+    character and is refused. `kept`: the entries of a head cut to a charset, in its order.
     """
-    text = path.read_text(encoding="utf-8")
-    keys = text.split("\n")
-    if keys and keys[-1] == "":
-        keys.pop()
-    keys = [key.rstrip("\r") for key in keys]
+    keys = read_keys(path)
+    if kept is not None:
+        keys = [keys[index] for index in kept]
     if len(keys) != classes:
         raise ModelError(
             f"{path} has {len(keys)} entries but the recognition model has {classes} output classes"
@@ -74,9 +80,14 @@ class TextRecognizer:
         keys_path: Path,
         batch_size: int,
         min_width: int = _MIN_WIDTH,
+        *,
         pool: Executor | None = None,
+        kept: list[int] | None = None,
     ) -> None:
-        """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads)."""
+        """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads).
+
+        `kept`: the dictionary entries of a head cut to a charset (charset.py), in the head's order.
+        """
         self._session = session
         self._pool = pool
         self._min_width = min_width
@@ -84,8 +95,13 @@ class TextRecognizer:
         classes = session.get_outputs()[0].shape[-1]
         if not isinstance(classes, int):
             classes = self._probe_classes()
-        self._keys = load_keys(keys_path, classes)
+        self._keys = load_keys(keys_path, classes, kept)
         self._batch_size = batch_size
+
+    @property
+    def keys(self) -> list[str]:
+        """The characters of the output classes, in order (the blank first)."""
+        return list(self._keys)
 
     def _probe_classes(self) -> int:
         probe = np.zeros((1, 3, _HEIGHT, _MIN_WIDTH), dtype=np.float32)
