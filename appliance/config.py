@@ -195,14 +195,13 @@ class OutputsConfig(_Strict):
 class PreprocessConfig(_Strict):
     """Page preprocessing before the engine: each step on or off, with its thresholds.
 
-    Defaults by measurement (bench/preprocess_bench.py, tables in bench/README.md: 10 receipts and
-    13 docs_zh pages per step, all 63 receipts for orientation): orientation brings receipts turned
-    90/180/270 from 10.7%/54.8%/41.8% CER back to the upright 6.24% (all 63: 4.28% at every turn)
-    and leaves upright pages as they were; seals change nothing on pages without red. Off because
-    they made upright CER worse or did not clearly help: deskew (receipts 6.24% -> 6.76%; skewed
-    docs_zh pages gain up to 0.7 points at 7 degrees and lose 0.5 at -3, within a point either
-    way), border crop (6.10%, docs_zh 2.11%), denoise (16.9%), binarize (8.9%), contrast (8.9%),
-    resize to 1600 (7.1%).
+    Defaults by measurement (bench/preprocess_bench.py on all 63 receipts and 25 docs_zh pages,
+    tables in bench/README.md): orientation brings every page turned 90/180/270 back to its upright
+    CER (receipts 4.24%, docs_zh 1.48%) and leaves upright pages as they were; seals change nothing
+    on pages without red. Off because they made upright CER worse or did not clearly help: deskew
+    (receipts 4.29%; the detector reads lines skewed 3-7 degrees within 0.52 points anyway),
+    border crop (4.19%, docs_zh unchanged; black edges already cost only 0.01 points without it),
+    denoise (5.75%, docs_zh 1.72%), contrast (5.11%), binarize (5.81%, 2.09%), resize to 1600 (4.50%).
     """
 
     orientation: StrictBool = True  # quarter turns from the ink, then 90/180/270 from the engine's first read
