@@ -245,6 +245,10 @@ class CascadeConfig(_Strict):
     # off: ONNX only; below_threshold: pages whose mean character confidence is below
     # min_confidence; always: every page. The ONNX text is the VLM's draft in every case.
     mode: Literal["off", "below_threshold", "always"] = "off"
+    # page: the VLM reads the whole page again; lines: it reads only the crops of the lines below
+    # min_confidence (every line with `always`), each with its ONNX text as the draft, and the
+    # rest of the page keeps its ONNX read: far fewer image tokens when few lines are unsure.
+    unit: Literal["page", "lines"] = "page"
     min_confidence: StrictFloat = Field(default=0.9, ge=0, le=1)
     timeout_seconds: StrictFloat = Field(default=120.0, gt=0)  # then the ONNX read stands
 

@@ -8,7 +8,7 @@ from appliance.config import CascadeConfig
 from appliance.document import Line
 from appliance.engines.base import PageText
 from appliance.engines.vlm_gguf.output import make_line
-from appliance.pipeline.cascade import Cascade, place_lines
+from appliance.pipeline.cascade import Cascade, decoding_totals, place_lines
 from tests.fakes.engines import FakeVlmReader
 
 PAGE = np.full((400, 300, 3), 255, dtype=np.uint8)
@@ -115,3 +115,66 @@ def test_an_empty_vlm_answer_on_a_page_with_text_keeps_the_onnx_read() -> None:
         "route": "onnx_fallback",
         "error": "VLM stopped: empty answer",
     }
+
+
+def _mixed_read() -> PageText:
+    """A page read confidently but for its total."""
+    return PageText(
+        lines=[
+            _onnx_line("ACME STORE", 20.0, 0.99),
+            _onnx_line("TEA 3.00", 100.0, 0.97),
+            _onnx_line("TOTAL 12.5O", 200.0, 0.6),
+        ]
+    )
+
+
+def test_line_by_line_only_the_unsure_lines_go_to_the_vlm_each_with_its_own_draft() -> None:
+    reader = FakeVlmReader([], answers={"TOTAL 12.5O": ["TOTAL 12.50"]})
+    config = CascadeConfig(mode="below_threshold", unit="lines", min_confidence=0.9)
+    result = Cascade(reader, config).refine(PAGE, _mixed_read())
+    assert reader.hints == ["TOTAL 12.5O"]
+    # The crop is the line's box (200 x 20 at 20, 200) with a quarter of its height round it.
+    assert reader.shapes == [(30, 210)]
+    assert [line.text for line in result.lines] == ["ACME STORE", "TEA 3.00", "TOTAL 12.50"]
+    assert [line.engine for line in result.lines] == ["ppocr_onnx", "ppocr_onnx", "vlm_gguf"]
+    assert result.lines[2].box == (20.0, 200.0, 220.0, 220.0)
+    assert [word.text for word in result.lines[2].words] == ["TOTAL", "12.50"]
+    cascade = result.details["cascade"]
+    assert cascade["route"] == "vlm_lines" and cascade["lines_sent"] == 1 and cascade["lines_replaced"] == 1
+    assert cascade["why"] == "1 of 3 ONNX lines below confidence 0.9"
+    assert result.details["vlm_gguf"]["lines_read"] == 1
+
+
+def test_line_by_line_a_confident_page_is_not_sent_and_always_sends_every_line() -> None:
+    reader = FakeVlmReader(["X"])
+    confident = Cascade(reader, CascadeConfig(mode="below_threshold", unit="lines")).refine(
+        PAGE, _first_read(0.95)
+    )
+    assert confident.details["cascade"]["vlm_used"] is False and reader.hints == []
+    every = Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(PAGE, _mixed_read())
+    assert sorted(str(hint) for hint in reader.hints) == ["ACME STORE", "TEA 3.00", "TOTAL 12.5O"]
+    assert every.details["cascade"]["lines_replaced"] == 3
+
+
+def test_line_by_line_each_failed_line_keeps_its_onnx_read_and_is_counted() -> None:
+    first = PageText(
+        lines=[_onnx_line(text, 20.0 + 40 * i, 0.5) for i, text in enumerate(["A1", "B2", "C3"])]
+    )
+    reader = FakeVlmReader([], answers={"A1": None, "B2": [], "C3": ["C8"]})
+    result = Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    assert [line.text for line in result.lines] == ["A1", "B2", "C8"]
+    assert [line.engine for line in result.lines] == ["ppocr_onnx", "ppocr_onnx", "vlm_gguf"]
+    kept = result.details["cascade"]["lines_kept"]
+    assert len(kept) == 2 and "RuntimeError" in kept[0] and "empty answer" in kept[1]
+    assert sum("the ONNX read stands" in warning for warning in result.warnings) == 2
+    totals = decoding_totals([result.details])
+    assert totals["pages"] == 1 and totals["fallbacks"] == 2 and totals["generated_tokens"] == 1
+
+
+def test_line_by_line_stops_sending_when_the_page_time_runs_out() -> None:
+    reader = FakeVlmReader([], answers={"A1": ["A7"]})
+    first = PageText(lines=[_onnx_line("A1", 20.0, 0.5), _onnx_line("B2", 60.0, 0.5)])
+    config = CascadeConfig(mode="always", unit="lines", timeout_seconds=1e-9)
+    result = Cascade(reader, config).refine(PAGE, first)
+    assert reader.hints == [] and [line.text for line in result.lines] == ["A1", "B2"]
+    assert result.details["cascade"]["lines_kept"] == ["2 line(s) not sent: the page's time ran out"]

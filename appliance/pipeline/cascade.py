@@ -39,6 +39,9 @@ def decoding_totals(pages: list[dict[str, Any]]) -> dict[str, float]:
         cascade = details.get("cascade") or {}
         if cascade.get("route") == "onnx_fallback":
             totals["fallbacks"] = totals.get("fallbacks", 0.0) + 1
+        elif cascade.get("route") == "vlm_lines" and cascade.get("lines_kept"):
+            # Line by line, each line whose ONNX read stood is a fallback.
+            totals["fallbacks"] = totals.get("fallbacks", 0.0) + len(cascade["lines_kept"])
         vlm = details.get("vlm_gguf")
         if not vlm:
             continue
@@ -81,6 +84,11 @@ class Cascade:
         mode = self._config.mode
         if mode == "off":
             return False, "cascade off"
+        if self._config.unit == "lines" and first.lines:
+            unsure = self.unsure_lines(first.lines)
+            limit = self._config.min_confidence
+            which = "(every line)" if mode == "always" else f"below confidence {limit:g}"
+            return bool(unsure), f"{len(unsure)} of {len(first.lines)} ONNX lines {which}"
         if mode == "always":
             return True, "profile reads every page with the VLM"
         confidence = page_confidence(first.lines)
@@ -90,12 +98,20 @@ class Cascade:
             return True, f"ONNX mean confidence {confidence:.3f} < {self._config.min_confidence:g}"
         return False, f"ONNX mean confidence {confidence:.3f} >= {self._config.min_confidence:g}"
 
+    def unsure_lines(self, lines: list[Line]) -> list[int]:
+        """Indices of the lines the VLM reads again when the unit is lines."""
+        if self._config.mode == "always":
+            return list(range(len(lines)))
+        return [index for index, line in enumerate(lines) if line.confidence < self._config.min_confidence]
+
     def refine(self, image: np.ndarray, first: PageText) -> PageText:
         """The page as the cascade settles it: the VLM's read where it was wanted and succeeded."""
         wanted, why = self.wants(first)
         record: dict[str, Any] = {"vlm_used": wanted, "why": why}
         if not wanted:
             return _with(first, details={"cascade": record})
+        if self._config.unit == "lines" and first.lines:
+            return self._refine_lines(image, first, record)
         hint = "\n".join(line.text for block in order_page(list(first.lines)) for line in block.lines)
         deadline = time.monotonic() + self._config.timeout_seconds
         try:
@@ -130,6 +146,86 @@ class Cascade:
             details={**first.details, **second.details, "cascade": record},
             review_reasons=[*first.review_reasons, *second.review_reasons],
         )
+
+    def _refine_lines(self, image: np.ndarray, first: PageText, record: dict[str, Any]) -> PageText:
+        """The unsure lines read again one crop at a time; each failure keeps that line's ONNX read."""
+        lines = list(first.lines)
+        targets = self.unsure_lines(lines)
+        deadline = time.monotonic() + self._config.timeout_seconds
+        decoding: dict[str, float] = {}
+        timings: dict[str, float] = {}
+        kept: list[str] = []
+        replaced = 0
+        gpu_memory: int | None = None
+        for position, index in enumerate(targets):
+            if time.monotonic() >= deadline:
+                kept.append(f"{len(targets) - position} line(s) not sent: the page's time ran out")
+                break
+            line = lines[index]
+            try:
+                second = self._reader.read(_crop(image, line.box), hint=line.text, deadline=deadline)
+            except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
+                log.warning("VLM read of a line failed, its ONNX read stands: %s", error)
+                kept.append(f"line {index + 1}: {type(error).__name__}: {error}")
+                continue
+            details = second.details.get(self._reader.name, {})
+            for key in DECODING_KEYS:
+                decoding[key] = decoding.get(key, 0.0) + float(details.get(key) or 0.0)
+            if details.get("gpu_memory_used_bytes") is not None:
+                gpu_memory = max(gpu_memory or 0, int(details["gpu_memory_used_bytes"]))
+            for key, value in second.timings_ms.items():
+                timings[key] = timings.get(key, 0.0) + value
+            text = " ".join(vlm_line.text for vlm_line in second.lines).strip()
+            stop = details.get("stop_reason")
+            if stop in ("timeout", "repetition", "max_tokens") or not text:
+                kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
+                continue
+            lines[index] = _line_read_again(second.lines, line)
+            replaced += 1
+        record.update(route="vlm_lines", lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept)
+        # One entry per page, as a page read gives, so the status API's sums count pages.
+        vlm_details: dict[str, Any] = {**decoding, "lines_read": len(targets)}
+        if gpu_memory is not None:
+            vlm_details["gpu_memory_used_bytes"] = gpu_memory
+        return PageText(
+            lines=lines,
+            timings_ms={**first.timings_ms, **timings},
+            warnings=[*first.warnings, *(f"cascade: {reason}; the ONNX read stands" for reason in kept)],
+            details={**first.details, self._reader.name: vlm_details, "cascade": record},
+            review_reasons=list(first.review_reasons),
+        )
+
+
+# Margin around a line's box for its crop, as a share of the line's height: the ONNX box hugs
+# the glyphs, and a VLM reads a line better with a little paper round it.
+_CROP_MARGIN = 0.25
+
+
+def _crop(image: np.ndarray, box: Box) -> np.ndarray:
+    """The line's region of the page, with a margin, clipped to the page."""
+    x0, y0, x1, y1 = box
+    margin = (y1 - y0) * _CROP_MARGIN
+    height, width = image.shape[:2]
+    left, top = max(0, int(x0 - margin)), max(0, int(y0 - margin))
+    right, bottom = min(width, int(np.ceil(x1 + margin))), min(height, int(np.ceil(y1 + margin)))
+    return np.ascontiguousarray(image[top:bottom, left:right])
+
+
+def _line_read_again(vlm_lines: list[Line], onnx_line: Line) -> Line:
+    """The VLM's text of one line crop, in the ONNX line's box (pieces joined by spaces)."""
+    text_parts: list[str] = []
+    confidences: list[float] = []
+    for vlm_line in vlm_lines:
+        if not vlm_line.text:
+            continue
+        if text_parts:
+            text_parts.append(" ")
+            confidences.append(min(vlm_line.char_confidences, default=0.0))
+        text_parts.append(vlm_line.text)
+        confidences.extend(vlm_line.char_confidences)
+    placed = make_line("".join(text_parts), confidences, onnx_line.box)
+    placed.polygon = onnx_line.polygon
+    return placed
 
 
 def _with(

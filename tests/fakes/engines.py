@@ -145,16 +145,26 @@ class FakeVlmReader:
     """A second reader for the cascade: writes given lines, fails, or stops the way a VLM can.
 
     `outcome` is "ok", "crash" (raises), "timeout", "repetition" or "max_tokens" (a stopped
-    generation, as the vlm_gguf engine reports it). It records the hint it was given.
+    generation, as the vlm_gguf engine reports it). It records the hint and image size it was
+    given. `answers` maps a hint to the lines written for it (None: that read crashes), for
+    line-by-line reads; other hints get `lines`.
     """
 
     name = "vlm_gguf"
 
-    def __init__(self, lines: list[str], outcome: str = "ok", confidence: float = 0.99) -> None:
+    def __init__(
+        self,
+        lines: list[str],
+        outcome: str = "ok",
+        confidence: float = 0.99,
+        answers: dict[str, list[str] | None] | None = None,
+    ) -> None:
         self.lines = lines
         self.outcome = outcome
         self.confidence = confidence
+        self.answers = answers or {}
         self.hints: list[str | None] = []
+        self.shapes: list[tuple[int, int]] = []
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "models": {}}
@@ -163,24 +173,28 @@ class FakeVlmReader:
         from appliance.engines.vlm_gguf.output import make_line  # the VLM engine's own line builder
 
         self.hints.append(hint)
-        if self.outcome == "crash":
-            raise RuntimeError("llama_decode failed with status -3")
         height, width = image.shape[:2]
-        count = max(len(self.lines), 1)
+        self.shapes.append((height, width))
+        texts = self.answers.get(hint, self.lines) if hint is not None else self.lines
+        if self.outcome == "crash" or texts is None:
+            raise RuntimeError("llama_decode failed with status -3")
+        count = max(len(texts), 1)
         lines = [
             make_line(
                 text,
                 [self.confidence] * len(text),
                 (0.0, i * height / count, float(width), (i + 1) * height / count),
             )
-            for i, text in enumerate(self.lines)
+            for i, text in enumerate(texts)
         ]
         stop = "end" if self.outcome == "ok" else self.outcome
         reasons = [] if self.outcome == "ok" else [f"vlm_gguf: stopped ({self.outcome})"]
         return PageText(
             lines=lines,
             timings_ms={"vlm_decode": 1.0},
-            details={self.name: {"stop_reason": stop, "acceptance_rate": 0.8}},
+            details={
+                self.name: {"stop_reason": stop, "acceptance_rate": 0.8, "generated_tokens": len(texts)}
+            },
             review_reasons=reasons,
         )
 
