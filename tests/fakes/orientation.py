@@ -8,8 +8,8 @@ from appliance.document import Line
 from appliance.engines.base import OrientationEvidence, PageText
 
 
-class UpsideDownEngine:
-    """Reads well only when the page's top-left pixel is white (the page's upright corner)."""
+class _CountingEngine:
+    """What both fakes share: a name, a description and the number of reads."""
 
     name = "fake"
 
@@ -18,6 +18,13 @@ class UpsideDownEngine:
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "models": []}
+
+    def close(self) -> None:
+        pass
+
+
+class UpsideDownEngine(_CountingEngine):
+    """Reads well only when the page's top-left pixel is white (the page's upright corner)."""
 
     def recognize(self, image: np.ndarray) -> PageText:
         self.calls += 1
@@ -33,20 +40,9 @@ class UpsideDownEngine:
         )
         return PageText(lines=[line])
 
-    def close(self) -> None:
-        pass
 
-
-class SidewaysEngine:
+class SidewaysEngine(_CountingEngine):
     """Reports its regions vertical unless the page is wider than tall, upright only one way up."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def describe(self) -> dict[str, object]:
-        return {"name": self.name, "models": []}
 
     def recognize(self, image: np.ndarray) -> PageText:
         self.calls += 1
@@ -65,6 +61,3 @@ class SidewaysEngine:
             vertical=400.0 if sideways else 0.0,
         )
         return PageText(lines=[], evidence=evidence)
-
-    def close(self) -> None:
-        pass
