@@ -151,7 +151,9 @@ class PpocrOnnxEngine:
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
         self._folded: dict[str, int] = {}
-        self._kept: list[int] | None = None  # the dictionary entries a charset keeps
+        # The dictionary entries a charset keeps (None: all), and the dictionary's length.
+        keys = read_keys(paths["keys"]) if config.charset is not None else []
+        kept = charset_classes(keys, load_charset(config.charset)) if config.charset is not None else None
         self._line_threads = line_threads(config)
         self._pool = (
             ThreadPoolExecutor(self._line_threads, thread_name_prefix="ocr-line")
@@ -168,10 +170,13 @@ class PpocrOnnxEngine:
                     model, self._folded[role] = folded_model(paths[role])
                 except Exception as error:  # onnx/onnxruntime raise their own untyped errors
                     raise ModelError(f"cannot fold {paths[role]} at load: {error}") from None
-            if role == "rec" and config.charset is not None:
-                model = self._restricted_head(
-                    model or paths["rec"].read_bytes(), paths["keys"], config.charset
-                )
+            if role == "rec" and kept is not None:
+                try:
+                    model = restrict_output_classes(model or paths["rec"].read_bytes(), kept, len(keys))
+                except ValueError as error:
+                    raise ModelError(
+                        f"cannot cut the recogniser to engine.ppocr_onnx.charset {config.charset!r}: {error}"
+                    ) from None
             # Lines run side by side on single-threaded runs; the detector's one run per page
             # keeps every intra-op thread.
             line_model = role != "det" and self._pool is not None
@@ -197,23 +202,13 @@ class PpocrOnnxEngine:
             config.rec_batch_size,
             config.rec_min_width,
             pool=self._pool,
-            kept=self._kept,
+            kept=kept,
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
             self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
         self._model_dir = model_dir
         self._paths = {role: paths[role] for role in roles}
-
-    def _restricted_head(self, model: bytes, keys_path: Path, charset: str) -> bytes:
-        keys = read_keys(keys_path)
-        self._kept = charset_classes(keys, load_charset(charset))
-        try:
-            return restrict_output_classes(model, self._kept, len(keys))
-        except ValueError as error:
-            raise ModelError(
-                f"cannot cut the recogniser to engine.ppocr_onnx.charset {charset!r}: {error}"
-            ) from None
 
     @property
     def model_paths(self) -> dict[str, Path]:
