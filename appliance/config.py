@@ -73,8 +73,8 @@ class PpocrOnnxConfig(_Strict):
     # Lines (recognition runs, orientation batches) run at once, each on one thread of its own;
     # 0: intra_op_threads, or the cores this process may use when that is 0 too; 1: one at a time,
     # each run spread over intra_op_threads. A line is too small to keep two cores busy inside
-    # one operator: on 2 cores, recognition of 12 receipts took 266 ms a page this way against
-    # 382 ms with two threads inside each run (same reads).
+    # one operator: on 2 cores the median receipt's recognition took 529 ms this way against 699 ms
+    # with two threads inside each run, same reads (bench/README.md, "Run 3").
     line_parallelism: StrictInt = Field(default=0, ge=0, le=64)
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
     # Latin-1 and common typographic signs) or a UTF-8 file listing them. The other classes are

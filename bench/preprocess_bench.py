@@ -1,7 +1,8 @@
 """Ablation of page preprocessing, on the evaluation sets and on damaged copies made on the fly.
 
-Usage: python -m bench.preprocess_bench [--limit N] [--workers N] [--threads N] [--json OUT]
-                                        [--variants a,b] [--configs a,b] DATASET_DIR [DATASET_DIR ...]
+Usage: python -m bench.preprocess_bench [--limit N] [--min-megapixels MP] [--workers N] [--threads N]
+                                        [--json OUT] [--variants a,b] [--configs a,b]
+                                        DATASET_DIR [DATASET_DIR ...]
        python -m bench.preprocess_bench --report OUT [OUT ...]   (tables from earlier --json files)
 
 For every page of each set (read in place, never copied) the benchmark makes variants itself:
@@ -255,6 +256,12 @@ def _run(job: Job) -> dict[str, Any]:
     return result
 
 
+def _megapixels(path: Path) -> float:
+    with Image.open(path) as image:  # the header only: the pixels are not decoded
+        width, height = image.size
+    return width * height / 1e6
+
+
 def _cer(results: list[dict[str, Any]]) -> float:
     return micro_average([PageScore(**r["score"]) for r in results]).cer_geo
 
@@ -264,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="*", type=Path)
     parser.add_argument("--report", nargs="+", type=Path, help="print the tables of earlier --json files")
     parser.add_argument("--limit", type=int, help="first N pages of each set")
+    parser.add_argument(
+        "--min-megapixels", type=float, default=0.0, help="only pages at least this large (the big scans)"
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes, each with its own engine")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per process (0: all)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
@@ -280,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs: list[Job] = []
     for folder in args.datasets:
         pages, case_insensitive = load_dataset(folder, args.limit)
+        if args.min_megapixels:
+            pages = [page for page in pages if _megapixels(page.image) >= args.min_megapixels]
         for page in pages:
             for config in filter(None, args.ablation.split(",")):  # --ablation "": variants only
                 jobs.append(Job(folder.name, page, case_insensitive, "upright", config))
