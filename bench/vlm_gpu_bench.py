@@ -11,7 +11,8 @@ x budget runs in its own process, so its peak VRAM (nvidia-smi, polled every 20 
 reading before loading) is its own. Per run, through the engine's own runtime, memory plan and
 decoding loop (appliance.engines.vlm_gguf), with the LightOnOCR profile's image and page budgets:
 
-- plan: `plan_memory` for the budget and --want-ctx, loaded with its n_gpu_layers, n_ctx, KV type;
+- plan: `plan_memory` for the budget and --want-ctx (default: what one page needs, as the engine
+  plans), loaded with its n_gpu_layers, n_ctx, KV type;
 - encode: libmtmd's encoder alone on a synthetic --page-size page (ms, median of 3 after a warm-up);
 - prefill: tokens/s of one batch of as many text tokens as the prompt (image + text) had;
 - decode: `greedy_decode` with no draft, one stream, exactly --tokens tokens (random weights loop
@@ -30,7 +31,6 @@ decoding loop (appliance.engines.vlm_gguf), with the LightOnOCR profile's image 
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import json
 import os
 import random
@@ -43,6 +43,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+if "--one" in sys.argv and "--smoke" not in sys.argv:
+    # The measuring process loads llama.cpp's libraries before numpy's: on the H200 machine every
+    # CUDA model load in a process that had imported numpy first died with SIGSEGV inside
+    # llama_model_load_from_file, and none did the other way round (bench/README.md).
+    import llama_cpp  # noqa: F401
 
 import numpy as np
 
@@ -63,16 +69,18 @@ PAGE_TOKENS = (600, 1000)
 class VramPoll:
     """Peak GPU memory in use (MiB, nvidia-smi) while the block runs, minus the reading before it."""
 
-    def __init__(self, interval_s: float = 0.02) -> None:
-        self.enabled = shutil.which("nvidia-smi") is not None
+    def __init__(self, baseline: int | None, interval_s: float = 0.02) -> None:
+        # The baseline is read by the parent process before it starts this one, so nothing is
+        # forked here before CUDA has loaded the model.
+        self.enabled = baseline is not None and shutil.which("nvidia-smi") is not None
         self.interval_s = interval_s
-        self.baseline = self._read() if self.enabled else 0
+        self.baseline = baseline or 0
         self.peak = self.baseline
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def _read() -> int:
+    def read() -> int:
         result = subprocess.run(
             ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
             capture_output=True,
@@ -83,7 +91,7 @@ class VramPoll:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._read())
+            self.peak = max(self.peak, self.read())
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> VramPoll:
@@ -95,7 +103,7 @@ class VramPoll:
         if self.enabled:
             self._stop.set()
             self._thread.join()
-            self.peak = max(self.peak, self._read())
+            self.peak = max(self.peak, self.read())
 
     @property
     def used_mib(self) -> int | None:
@@ -217,7 +225,9 @@ def encode_ms(runtime: Any, projector: Any, prompt: str, image: np.ndarray) -> t
     raise RuntimeError("the prompt holds no image")
 
 
-def measure_one(args: argparse.Namespace, quant: str, budget: int, save_to: Path) -> dict[str, Any]:
+def measure_one(
+    args: argparse.Namespace, quant: str, budget: int, save_to: Path, vram_baseline: int | None
+) -> dict[str, Any]:
     """Every figure for one quant under one budget (run in a process of its own).
 
     The text side runs first, after a text prompt as long as a page's (the KV cache does not care
@@ -242,7 +252,7 @@ def measure_one(args: argparse.Namespace, quant: str, budget: int, save_to: Path
         "model": round(model_path.stat().st_size / 2**20, 1),
         "mmproj": round(mmproj_path.stat().st_size / 2**20, 1),
     }
-    vram = VramPoll()
+    vram = VramPoll(vram_baseline)
 
     def stage(name: str) -> None:
         result["peak_vram_mib"] = vram.used_mib
@@ -437,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--quant", action="append", default=[])
     parser.add_argument("--budget", action="append", type=int, default=[], help="VRAM budget in MiB")
-    parser.add_argument("--want-ctx", type=int, default=65536, help="context the plan starts from")
+    parser.add_argument(
+        "--want-ctx", type=int, default=0, help="context the plan starts from (0: one page's need)"
+    )
     parser.add_argument("--tokens", type=int, default=1000, help="tokens generated per decode run")
     parser.add_argument("--k-max", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=1616, help="text prompt length before decoding")
@@ -450,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for vlm_gpu_bench.json")
     parser.add_argument("--smoke", action="store_true", help="CPU check: few tokens, one repeat")
     parser.add_argument("--one", nargs=3, metavar=("QUANT", "BUDGET", "JSON"), help=argparse.SUPPRESS)
+    parser.add_argument("--vram-baseline", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.hint_rate is None:
         if args.hint_rate_json is None:
@@ -459,8 +472,9 @@ def main(argv: list[str] | None = None) -> int:
         args.tokens, args.repeats, args.verify_repeats, args.k_max, args.prompt_tokens = 48, 1, 2, 4, 200
     if args.one:
         quant, budget, out = args.one
-        faulthandler.enable()  # a crash in llama.cpp still says which Python line called it
-        measure_one(args, quant, int(budget), Path(out))
+        # PYTHONFAULTHANDLER=1 in the environment makes a crash in llama.cpp say which Python line
+        # called it (not enabled here: its signal handlers were present in every load that crashed).
+        measure_one(args, quant, int(budget), Path(out), args.vram_baseline)
         return 0
 
     quants = args.quant or ["Q8_0", "Q4_K_M"]
@@ -484,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
             one_json = out_dir / f"vlm_gpu_{quant}_{budget}.json"
             command = [sys.executable, str(Path(__file__).resolve()), *passthrough]
             command += ["--hint-rate", str(args.hint_rate), "--one", quant, str(budget), str(one_json)]
+            if shutil.which("nvidia-smi") and not args.smoke:  # the card before this run's process exists
+                command += ["--vram-baseline", str(VramPoll.read())]
             started = time.perf_counter()
             status = subprocess.run(command, check=False).returncode
             if status != 0:
