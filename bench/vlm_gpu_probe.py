@@ -1,0 +1,193 @@
+"""Which imports and steps before a llama.cpp model load make it crash: each sequence in a fresh process.
+
+On the H200 machine (CUDA build of llama-cpp-python 0.3.36, see bench/README.md) a model load died
+with SIGSEGV in every process that had imported numpy before llama_cpp, and the vlm_gguf engine
+aborted ("free(): invalid pointer") on its first page even with llama_cpp imported first. Native
+crashes cannot be caught in-process, so every variant runs in a child process of its own and only
+its exit status and last lines come back:
+
+    PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [VARIANT ...]
+
+A VARIANT is a comma-separated list of steps, optionally after environment assignments separated by
+spaces: "numpy,llama,load" or "PYTHONFAULTHANDLER=1 llama,cv2,engine". Without variants the default
+matrix below runs. DIR holds model-Q8_0.gguf (or --model NAME) and mmproj-f16.gguf, plus a
+manifest.json for the `engine` step (`python -m quantize.gguf manifest`).
+
+Steps:
+  numpy, cv2, pydantic, yaml   import that package now
+  llama                        import llama_cpp (dlopens libggml*, libllama, libmtmd)
+  runtime                      import the engine's runtime (also llama_backend_init)
+  faulthandler                 Python stack on a native crash
+  maps                         list the shared libraries mapped so far
+  load                         the model fully offloaded, a 4,096-token context, 1,616 + 3 tokens decoded
+  load_cpu                     the same with n_gpu_layers=0
+  engine                       the vlm_gguf engine reads two synthetic pages (no draft)
+  no_cv2                       put a stand-in `cv2` (BGR->RGB only) in place, so `engine` loads no OpenCV
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repo root is on PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DEFAULT_VARIANTS = (
+    "llama,numpy,load",  # the order the GPU benchmark uses (worked)
+    "numpy,llama,load",  # numpy first (crashed)
+    "numpy,llama,load_cpu",
+    "llama,cv2,load",
+    "llama,pydantic,yaml,load",
+    "PYTHONFAULTHANDLER=1 llama,engine",  # the engine's own imports after llama_cpp (aborted)
+    "PYTHONFAULTHANDLER=1 no_cv2,llama,engine",
+    "PYTHONFAULTHANDLER=1 llama,numpy,pydantic,yaml,no_cv2,engine",
+    "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 numpy,llama,load",
+    "GGML_CUDA_DISABLE_GRAPHS=1 PYTHONFAULTHANDLER=1 llama,engine",
+)
+
+
+def _stand_in_cv2() -> None:
+    """A `cv2` module with only what the engine calls on a page that needs no scaling."""
+    module = types.ModuleType("cv2")
+    module.COLOR_BGR2RGB = 4  # type: ignore[attr-defined]
+    module.INTER_AREA = 3  # type: ignore[attr-defined]
+    module.cvtColor = lambda image, _code: image[:, :, ::-1].copy()  # type: ignore[attr-defined]
+    sys.modules["cv2"] = module
+
+
+def run_steps(steps: list[str], model_dir: Path, model_name: str) -> None:
+    """Run the steps in order in this process, saying each before it starts (the last one said crashed)."""
+    model = model_dir / model_name
+    for step in steps:
+        print(f"step {step}", flush=True)
+        if step in ("numpy", "cv2", "pydantic", "yaml", "faulthandler"):
+            module = __import__(step)
+            if step == "faulthandler":
+                module.enable()
+        elif step == "llama":
+            import llama_cpp  # noqa: F401
+        elif step == "runtime":
+            from appliance.engines.vlm_gguf import runtime  # its import runs llama_backend_init
+        elif step == "no_cv2":
+            _stand_in_cv2()
+        elif step == "maps":
+            maps = Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
+            print("\n".join(sorted({line.split()[-1] for line in maps if ".so" in line})), flush=True)
+        elif step in ("load", "load_cpu"):
+            from appliance.engines.vlm_gguf import runtime
+
+            started = time.perf_counter()
+            text = runtime.TextModel(model, n_gpu_layers=0 if step == "load_cpu" else 999)
+            print(f"loaded {text.n_layer} layers in {time.perf_counter() - started:.2f} s", flush=True)
+            settings = runtime.ContextSettings(
+                n_ctx=4096, n_batch=512, n_threads=os.cpu_count() or 1, kv_type="f16", flash_attention=True
+            )
+            context = runtime.Context(text, settings)
+            context.append(list(range(1000, 2616)), logits=False)
+            print(f"decoded, logits {context.append([1000, 1001, 1002]).shape}", flush=True)
+            context.close()
+            text.close()
+        elif step == "engine":
+            from appliance.config import VlmGgufConfig
+            from appliance.engines.vlm_gguf.engine import VlmGgufEngine
+            from bench.vlm_gpu_bench import synthetic_page
+
+            config = VlmGgufConfig.model_validate(
+                {
+                    "model_dir": model_dir,
+                    "max_tokens_per_page": 300,
+                    "verify_hashes": False,
+                    "draft": {"source": "none"},
+                }
+            )
+            engine = VlmGgufEngine(config)
+            print(f"engine loaded: {json.dumps(engine.describe().get('gpu_memory'))}", flush=True)
+            for seed in range(2):
+                page = engine.read(synthetic_page(1540, 1100, seed)[:, :, ::-1])
+                details = page.details.get("vlm_gguf", {})
+                tokens, total_ms = details.get("generated_tokens"), details.get("total_ms")
+                print(f"page {seed}: {tokens} tokens, {total_ms} ms", flush=True)
+            engine.close()
+        else:
+            raise SystemExit(f"unknown step {step!r}")
+    print("OK", flush=True)
+
+
+def parse_variant(variant: str) -> tuple[dict[str, str], list[str]]:
+    """'A=1 B=2 step,step' -> ({'A': '1', 'B': '2'}, ['step', 'step'])."""
+    *assignments, steps = variant.split()
+    env = dict(assignment.split("=", 1) for assignment in assignments)
+    return env, [step for step in steps.split(",") if step]
+
+
+def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    env, steps = parse_variant(variant)
+    command = [sys.executable, str(Path(__file__).resolve()), "--model-dir", str(args.model_dir)]
+    command += ["--model", args.model, "--child", ",".join(steps)]
+    started = time.perf_counter()
+    try:
+        environment = {**os.environ, **env}
+        done = subprocess.run(
+            command, env=environment, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        partial = b"".join(part for part in (expired.stdout, expired.stderr) if isinstance(part, bytes))
+        code, output = None, f"{partial.decode(errors='replace')}\ntimed out after {args.timeout} s"
+    said = [line[5:] for line in output.splitlines() if line.startswith("step ")]
+    outcome = "ok" if code == 0 else ("timeout" if code is None else _exit_name(code))
+    return {
+        "variant": variant,
+        "outcome": outcome,
+        "last_step": said[-1] if said and code != 0 else None,
+        "seconds": round(time.perf_counter() - started, 1),
+        "tail": output.strip().splitlines()[-args.tail :],
+    }
+
+
+def _exit_name(code: int) -> str:
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", help="default: the matrix in this file")
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--model", default="model-Q8_0.gguf")
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--tail", type=int, default=8, help="last lines of a variant's output shown")
+    parser.add_argument("--json", type=Path, help="write the outcomes here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        run_steps(args.child.split(","), args.model_dir, args.model)
+        return 0
+    results = []
+    for variant in args.variants or DEFAULT_VARIANTS:
+        result = run_variant(variant, args)
+        results.append(result)
+        where = f" in step {result['last_step']}" if result["last_step"] else ""
+        print(f"{result['outcome']:<8} {result['seconds']:>5.1f} s  {variant}{where}", flush=True)
+        if result["outcome"] != "ok":
+            print("\n".join(f"         | {line}" for line in result["tail"]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return 0 if all(result["outcome"] == "ok" for result in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
