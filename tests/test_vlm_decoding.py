@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from appliance.engines.vlm_gguf.decoding import DraftPolicy, greedy_decode
+from appliance.engines.vlm_gguf.decoding import DraftPolicy, _probability, greedy_decode
 from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from tests.fakes.language_model import CyclingModel, MarkovModel
@@ -141,6 +141,16 @@ def test_probabilities_are_the_softmax_of_the_chosen_token() -> None:
     generation = greedy_decode(model, first, max_tokens=1)
     weights = np.exp(first.astype(np.float64) - first.max())
     assert generation.probabilities[0] == pytest.approx(weights.max() / weights.sum())
+
+
+@pytest.mark.parametrize("scale", [0.0, 1.0, 4.0, 30.0])
+def test_probability_in_float32_agrees_with_a_float64_softmax(scale: float) -> None:
+    # A real vocabulary's width; flat, ordinary, peaked and very peaked rows.
+    row = (np.random.default_rng(7).standard_normal(151_936) * scale).astype(np.float32)
+    row[4321] += 12.0
+    weights = np.exp(row.astype(np.float64) - row.max())
+    for token in (4321, int(np.argmin(row)), 17):
+        assert _probability(row, token) == pytest.approx(weights[token] / weights.sum(), rel=1e-5)
 
 
 def test_hint_draft_follows_the_cursor_through_repeated_words() -> None:

