@@ -1,0 +1,42 @@
+"""The llama.cpp context wrapper: logits rows come back in batch order, across n_batch chunks too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from appliance.engines.vlm_gguf import runtime
+
+MODEL = Path(__file__).parent / "fixtures" / "vlm" / "lightonocr" / "model-f32.gguf"
+SETTINGS = runtime.ContextSettings(n_ctx=256, n_batch=32, n_threads=1, kv_type="f16", flash_attention=True)
+
+
+def _last_row(model: runtime.TextModel, tokens: list[int]) -> np.ndarray:
+    context = runtime.Context(model, SETTINGS)
+    try:
+        return context.append(tokens, logits=False)[-1]
+    finally:
+        context.close()
+
+
+def test_every_row_is_its_own_tokens_logits_across_batches() -> None:
+    model = runtime.TextModel(MODEL, n_gpu_layers=0)
+    try:
+        tokens = [int(t) for t in np.random.default_rng(0).integers(10, model.n_vocab, 50)]
+        context = runtime.Context(model, SETTINGS)
+        try:
+            rows = context.append(tokens)  # 32 + 18 tokens: two llama_decode calls
+            assert rows.shape == (50, model.n_vocab)
+            assert context.position == 50
+            only_last = context.append(tokens[:3], logits=False)
+            assert only_last.shape == (1, model.n_vocab)
+        finally:
+            context.close()
+        # The same batches fed asking only for the last row give the same numbers (to rounding:
+        # the output layer runs on 32 rows or on one), and neighbouring rows are far apart.
+        np.testing.assert_allclose(rows[31], _last_row(model, tokens[:32]), atol=1e-4)
+        np.testing.assert_allclose(rows[49], _last_row(model, tokens), atol=1e-4)
+        assert np.abs(rows[30] - rows[31]).max() > 0.1
+    finally:
+        model.close()
