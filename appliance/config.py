@@ -97,6 +97,9 @@ class VlmDraftConfig(_Strict):
     k_max: StrictInt = Field(default=16, ge=1, le=64)
     min_acceptance: StrictFloat = Field(default=0.3, ge=0, le=1)
     min_drafted: StrictInt = Field(default=32, ge=1)
+    # What each token past the first adds to a verification pass, relative to one token (an H200:
+    # ~0.15 up to 8 tokens; a CPU: ~0.5-0.9). None: measured on every page as it is written.
+    extra_token_cost: StrictFloat | None = Field(default=None, ge=0)
 
 
 class VlmRepetitionConfig(_Strict):

@@ -11,6 +11,8 @@ from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from tests.fakes.language_model import CyclingModel, MarkovModel
 
 PROMPT = [1, 2, 3]
+# A GPU's verification cost (one token 1, each more 0.1): what the fakes' own timings are not.
+GPU_LIKE = DraftPolicy(batch_cost=lambda batch: 1 + 0.1 * (batch - 1))
 
 
 def _start(model: MarkovModel) -> np.ndarray:
@@ -25,7 +27,9 @@ def _plain(max_tokens: int = 60, seed: int = 0) -> list[int]:
 def test_hint_of_the_models_own_output_is_fully_accepted_in_fewer_steps() -> None:
     expected = _plain()
     model = MarkovModel()
-    generation = greedy_decode(model, _start(model), max_tokens=60, draft=HintDraft(expected))
+    generation = greedy_decode(
+        model, _start(model), max_tokens=60, draft=HintDraft(expected), policy=GPU_LIKE
+    )
     assert generation.tokens == expected
     stats = generation.stats
     assert stats.drafted > 0
@@ -68,11 +72,29 @@ def test_drafting_is_switched_off_when_acceptance_falls_below_the_threshold() ->
 def test_draft_length_adapts_to_acceptance() -> None:
     expected = _plain()
     model = MarkovModel()
-    generation = greedy_decode(
-        model, _start(model), max_tokens=60, draft=HintDraft(expected), policy=DraftPolicy(k=2, k_max=8)
-    )
+    policy = DraftPolicy(k=2, k_max=8, batch_cost=GPU_LIKE.batch_cost)
+    generation = greedy_decode(model, _start(model), max_tokens=60, draft=HintDraft(expected), policy=policy)
     assert generation.stats.k_history[0] == 2
     assert max(generation.stats.k_history) == 8
+
+
+def test_drafts_stay_short_where_verifying_costs_as_much_as_writing() -> None:
+    # A CPU-like cost (b tokens cost b) and a hint wrong in bursts: long drafts cannot pay.
+    expected = _plain(max_tokens=120)
+    hint = list(expected)
+    for start in range(10, 120, 15):
+        hint[start : start + 3] = [(token + 7) % 50 for token in hint[start : start + 3]]
+    model = MarkovModel()
+    policy = DraftPolicy(k=4, batch_cost=float)
+    generation = greedy_decode(model, _start(model), max_tokens=120, draft=HintDraft(hint), policy=policy)
+    assert generation.tokens == expected
+    assert max(generation.stats.k_history[1:]) <= 2
+    # The same hint with a GPU-like cost drafts further.
+    model = MarkovModel()
+    policy = DraftPolicy(k=4, batch_cost=GPU_LIKE.batch_cost)
+    longer = greedy_decode(model, _start(model), max_tokens=120, draft=HintDraft(hint), policy=policy)
+    assert longer.tokens == expected
+    assert max(longer.stats.k_history) > 4
 
 
 def test_a_draft_model_sharing_the_target_is_always_right() -> None:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from appliance.engines.vlm_gguf.draft_length import DraftLength
 from appliance.engines.vlm_gguf.drafts import DraftSource
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 
@@ -39,7 +40,7 @@ class Target(Protocol):
 class DraftPolicy:
     """How many tokens to draft, and when drafting stops paying for a page."""
 
-    k: int = 4
+    k: int = 4  # the first step's drafts, before the page has shown how they fare
     k_min: int = 1
     k_max: int = 16
     # Drafting is switched off for the rest of a page once at least `min_drafted` tokens were
@@ -47,6 +48,8 @@ class DraftPolicy:
     # verification slot that a one-token step would not have spent.
     min_acceptance: float = 0.3
     min_drafted: int = 32
+    # What a forward pass over b tokens costs, relative; None: measured on the page as it runs.
+    batch_cost: Callable[[int], float] | None = None
 
 
 @dataclass
@@ -132,13 +135,15 @@ def greedy_decode(
     tokens: list[int] = []
     probabilities: list[float] = []
     logits = first_logits
-    k = policy.k
+    lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost)
+    k = lengths.k
     drafting = draft is not None
 
     def finish(reason: str) -> Generation:
         stats.generated = len(tokens)
         return Generation(tokens, probabilities, reason, stats)
 
+    step_started = time.perf_counter()
     while True:
         token = int(np.argmax(logits))
         if target.is_end(token):
@@ -192,19 +197,16 @@ def greedy_decode(
                 target.rewind(len(proposal) - accepted)
             if draft is not None:
                 draft.observe(tokens)
-            k = _next_k(k, accepted, len(proposal), policy)
             if stats.drafted >= policy.min_drafted and stats.accepted < policy.min_acceptance * stats.drafted:
                 drafting = False
                 stats.disabled_after = len(tokens)
+        if drafting:
+            # The whole step counts, not only the forward pass: choosing, checking and rewinding
+            # cost per step too, and they make fewer, longer steps pay more than the pass alone says.
+            now = time.perf_counter()
+            lengths.observe(len(proposal), accepted, 1 + len(proposal), (now - step_started) * 1000)
+            k = lengths.k
+            step_started = now
         if stop_reason:
             return finish(stop_reason)
         logits = rows[accepted]
-
-
-def _next_k(k: int, accepted: int, proposed: int, policy: DraftPolicy) -> int:
-    """Lengthen the draft while every token is accepted, shorten it when most are rejected."""
-    if accepted == proposed:
-        return min(policy.k_max, k * 2)
-    if accepted * 2 < proposed:
-        return max(policy.k_min, k // 2)
-    return k

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,7 @@ class VlmGgufEngine:
             k_max=config.draft.k_max,
             min_acceptance=config.draft.min_acceptance,
             min_drafted=config.draft.min_drafted,
+            batch_cost=_linear_cost(config.draft.extra_token_cost),
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
 
@@ -372,3 +374,10 @@ class VlmGgufEngine:
                 resource.close()
                 setattr(self, attribute, None)
         self._close_loaded()
+
+
+def _linear_cost(extra_token_cost: float | None) -> Callable[[int], float] | None:
+    """A verification pass's cost, one token counting 1 and each more `extra_token_cost`."""
+    if extra_token_cost is None:
+        return None
+    return lambda batch: 1.0 + extra_token_cost * (batch - 1)

@@ -1,0 +1,126 @@
+"""How many tokens to draft next: the length that should write the most tokens per millisecond.
+
+A step verifies the chosen token and k drafts in one forward pass; it writes the chosen token
+and every draft up to the first wrong one. Two things decide the best k, and both differ by page
+and by machine, so both are learnt while the page is written:
+
+- how often a draft is right at each depth (the 1st drafted token, the 2nd after a right 1st,
+  ...): OCR hints go wrong in bursts (a misread word throws the next few tokens off), so deep
+  drafts are right less often than shallow ones and a single acceptance rate overstates them;
+- what a forward pass over b tokens costs: on a GPU up to 8 tokens cost little more than one
+  (1.1-2.6x on an H200), on a CPU nearly b times one (bench/README.md).
+
+The expected tokens of a step with k drafts are 1 + a1 + a1*a2 + ... + a1*...*ak (ad: the share of
+tries at depth d that were right), its cost c(k + 1); the next k is the one with the most tokens
+per cost. Rules of thumb (double k while all are accepted) let k climb to 16 on runs of right
+drafts and then pay 16 tokens' verification for every misread word: on the CPU with a hint
+corrupted at the ONNX engine's measured rate that made drafting slower than no drafting at all.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable
+
+# Counts from earlier in the page fade by this much a step, so a page whose hint turns bad (or
+# good) halfway changes k within a dozen or two steps.
+_FADE = 0.9
+# Timings kept per batch size (the median is used: one slow pass must not steer k).
+_SAMPLES = 9
+# Every so many steps one draft longer than the best is tried, until its batch size has been
+# timed a few times: costs are only known where they were measured, and a size timed once, slowly
+# (the page's first pass, say), would otherwise never be tried again.
+_PROBE_EVERY = 8
+_PROBE_SAMPLES = 3
+
+
+class DraftLength:
+    """Learns a page's acceptance by depth and cost by batch size; proposes the next draft length."""
+
+    def __init__(
+        self, k: int, k_min: int, k_max: int, batch_cost: Callable[[int], float] | None = None
+    ) -> None:
+        self.k_min, self.k_max = k_min, k_max
+        self.k = max(k_min, min(k, k_max))
+        self._tries = [0.0] * (k_max + 1)  # index d: fading count of drafts tried at depth d
+        self._right = [0.0] * (k_max + 1)
+        self._fixed_cost = batch_cost  # a known cost model (tests, a site's measurement)
+        self._timings: dict[int, deque[float]] = {}
+        self._steps = 0
+
+    def observe(self, proposed: int, accepted: int, batch: int, milliseconds: float) -> None:
+        """One step: `proposed` drafts of which the first `accepted` were right, `batch` tokens fed."""
+        self._timings.setdefault(batch, deque(maxlen=_SAMPLES)).append(milliseconds)
+        if not proposed:
+            return
+        for depth in range(1, self.k_max + 1):
+            self._tries[depth] *= _FADE
+            self._right[depth] *= _FADE
+        for depth in range(1, min(proposed, accepted + 1, self.k_max) + 1):
+            self._tries[depth] += 1
+            if depth <= accepted:
+                self._right[depth] += 1
+        self._steps += 1
+        best = self.best()
+        longer = best + 1
+        if (
+            self._fixed_cost is None
+            and self._steps % _PROBE_EVERY == 0
+            and longer <= self.k_max
+            and len(self._timings.get(longer + 1, ())) < _PROBE_SAMPLES
+        ):
+            best = longer
+        self.k = best
+
+    def acceptance(self, depth: int) -> float:
+        """Share of drafts right at `depth`, given every shallower one was.
+
+        Each depth's count is pulled toward the depth above it (the first toward one half), so a
+        depth tried once or never takes its neighbour's rate rather than a guess of its own.
+        """
+        rate, weight = 0.5, 1.0
+        for known in range(1, depth + 1):
+            rate = (self._right[known] + weight * rate) / (self._tries[known] + weight)
+            weight = 2.0
+        return rate
+
+    def cost(self, batch: int) -> float:
+        """What a forward pass over `batch` tokens costs (ms, or the fixed model's unit)."""
+        if self._fixed_cost is not None:
+            return self._fixed_cost(batch)
+        known = {size: statistics.median(times) for size, times in self._timings.items()}
+        if not known:
+            return float(batch)
+        if batch in known:
+            return known[batch]
+        sizes = sorted(known)
+        below = [size for size in sizes if size < batch]
+        above = [size for size in sizes if size > batch]
+        if below and above:  # between two measured sizes: on the line through them
+            low, high = below[-1], above[0]
+            return known[low] + (known[high] - known[low]) * (batch - low) / (high - low)
+        if above:  # smaller than anything measured: in proportion to the smallest measured
+            return known[above[0]] * batch / above[0]
+        if len(sizes) >= 2:  # larger: the last measured slope carried on (never falling)
+            low, high = sizes[-2], sizes[-1]
+            slope = max((known[high] - known[low]) / (high - low), 0.0)
+            return known[high] + slope * (batch - high)
+        return known[sizes[-1]] * batch / sizes[-1]
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens a step with k drafts writes on average (the chosen one and the right drafts)."""
+        total, chain = 1.0, 1.0
+        for depth in range(1, k + 1):
+            chain *= self.acceptance(depth)
+            total += chain
+        return total
+
+    def best(self) -> int:
+        """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
+        rates = {
+            k: self.expected_tokens(k) / max(self.cost(k + 1), 1e-9)
+            for k in range(self.k_min, self.k_max + 1)
+        }
+        top = max(rates.values())
+        return min(k for k, rate in rates.items() if rate >= top * 0.999)
