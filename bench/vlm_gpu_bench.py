@@ -245,7 +245,9 @@ def measure_one(
     gpu = runtime.supports_gpu()
     shape = runtime.model_shape(model_path, mmproj_path, None)
     min_ctx = profile.image_max_tokens + profile.max_tokens + 256
-    plan = memory.plan_memory(shape, budget, max(args.want_ctx, min_ctx), min_ctx, gpu=gpu)
+    plan = memory.plan_memory(
+        shape, budget, max(args.want_ctx, min_ctx), min_ctx, gpu=gpu, image_tokens=profile.image_max_tokens
+    )
     threads = args.threads or os.cpu_count() or 1
     result: dict[str, Any] = {"quant": quant, "budget_mib": budget, "gpu": gpu, "plan": plan.to_dict()}
     result["files_mib"] = {

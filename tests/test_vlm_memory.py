@@ -65,3 +65,19 @@ def test_without_gpu_offload_everything_runs_on_the_cpu() -> None:
     assert plan.n_gpu_layers == 0
     assert plan.estimate_mb["weights"] == 0
     assert "CPU" in plan.notes[0]
+
+
+def test_the_image_encoders_working_memory_is_planned_for() -> None:
+    # At 4,096 tokens the f16 plan without the image needs about 1000 + 400 + 448 + 329 + 600 MiB.
+    without = plan_memory(SHAPE, budget_mb=3_000, want_ctx=4096, min_ctx=4096, gpu=True)
+    assert without.kv_type == "f16"
+    assert without.estimate_mb["image_encoder"] == 0
+    # A 1,600-token page image adds its encoder's buffers (0.36 MiB a token, measured): the same
+    # budget now takes the q8_0 cache and a few layers left on the CPU.
+    with_image = plan_memory(SHAPE, budget_mb=3_000, want_ctx=4096, min_ctx=4096, gpu=True, image_tokens=1600)
+    assert abs(with_image.estimate_mb["image_encoder"] - 1600 * 0.36) < 1
+    assert with_image.kv_type == "q8_0"
+    assert with_image.n_gpu_layers < SHAPE.n_layer
+    assert sum(with_image.estimate_mb.values()) <= 3_000
+    on_cpu = plan_memory(SHAPE, budget_mb=3_000, want_ctx=4096, min_ctx=4096, gpu=False, image_tokens=1600)
+    assert on_cpu.estimate_mb["image_encoder"] == 0

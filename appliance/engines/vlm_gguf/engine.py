@@ -105,7 +105,13 @@ class VlmGgufEngine:
         min_ctx = self.profile.image_max_tokens + self.profile.max_tokens + 256
         want_ctx = max(config.n_ctx or min_ctx, min_ctx)
         self.plan: MemoryPlan = plan_memory(
-            shape, config.vram_budget_mb, want_ctx, min_ctx, gpu=gpu, kv_type=config.kv_cache_type
+            shape,
+            config.vram_budget_mb,
+            want_ctx,
+            min_ctx,
+            gpu=gpu,
+            kv_type=config.kv_cache_type,
+            image_tokens=self.profile.image_max_tokens,
         )
         self._fallbacks: list[str] = []  # allocations that failed at load and what was tried next
         self._draft_model: runtime.TextModel | None = None

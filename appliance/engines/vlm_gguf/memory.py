@@ -9,6 +9,11 @@ MiB = 1024 * 1024
 KvType = Literal["f16", "q8_0"]
 # Bytes per cached element: q8_0 stores 32 values in 34 bytes.
 _KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
+# The image encoder's working memory per image token, on the GPU while a page is encoded. Measured
+# on an H200 at LightOnOCR-2-1B's shapes (1,024-wide vision, 2x2 merge): the card's peak over a page
+# of 1,551 image tokens was 549-563 MiB above the other terms, whatever the weights' quantization
+# and the KV cache's size (bench/README.md, "VLM on the GPU"); 0.36 MiB a token.
+_IMAGE_ENCODER_BYTES_PER_TOKEN = 0.36 * MiB
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,19 @@ class MemoryPlan:
 
 
 def _estimate(
-    shape: ModelShape, *, n_ctx: int, kv_type: KvType, layers_on_gpu: int, n_ubatch: int, overhead_mb: float
+    shape: ModelShape,
+    *,
+    n_ctx: int,
+    kv_type: KvType,
+    layers_on_gpu: int,
+    n_ubatch: int,
+    overhead_mb: float,
+    image_tokens: int,
 ) -> dict[str, float]:
     share = layers_on_gpu / shape.n_layer if shape.n_layer else 1.0
     kv = shape.kv_bytes_per_token(kv_type) * n_ctx * share
-    # Compute buffers grow with the micro-batch: the logits of a full batch plus activations; the
-    # image encoder needs its own, which the fixed overhead covers together with the CUDA context.
+    # Compute buffers grow with the micro-batch: the logits of a full batch plus activations. The
+    # image encoder's grow with the image; the fixed overhead is the CUDA context and libraries.
     compute = n_ubatch * shape.n_vocab * 4 + n_ubatch * 64 * 1024
     return {
         "weights": shape.weights_bytes * share / MiB,
@@ -66,6 +78,7 @@ def _estimate(
         "draft": (shape.draft_bytes + shape.draft_kv_bytes_per_token * n_ctx) / MiB if layers_on_gpu else 0.0,
         "kv_cache": kv / MiB,
         "compute": compute / MiB if layers_on_gpu else 0.0,
+        "image_encoder": image_tokens * _IMAGE_ENCODER_BYTES_PER_TOKEN / MiB if layers_on_gpu else 0.0,
         "overhead": overhead_mb if layers_on_gpu else 0.0,
     }
 
@@ -80,6 +93,7 @@ def plan_memory(
     kv_type: KvType | Literal["auto"] = "auto",
     n_ubatch: int = 512,
     overhead_mb: float = 600.0,
+    image_tokens: int = 0,
 ) -> MemoryPlan:
     """Choose settings that fit `budget_mb`, giving up the cheapest thing first.
 
@@ -101,6 +115,7 @@ def plan_memory(
                 layers_on_gpu=0,
                 n_ubatch=n_ubatch,
                 overhead_mb=overhead_mb,
+                image_tokens=image_tokens,
             ),
             budget_mb=budget_mb,
             fits=True,
@@ -117,6 +132,7 @@ def plan_memory(
             layers_on_gpu=min(layers, shape.n_layer),
             n_ubatch=n_ubatch,
             overhead_mb=overhead_mb,
+            image_tokens=image_tokens,
         )
         return estimate, sum(estimate.values()) <= budget_mb
 
