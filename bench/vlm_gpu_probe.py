@@ -16,6 +16,7 @@ manifest.json for the `engine` step (`python -m quantize.gguf manifest`).
 Steps:
   numpy, cv2, pydantic, yaml   import that package now
   llama                        import llama_cpp (dlopens libggml*, libllama, libmtmd)
+  appliance                    import the appliance package (a CUDA build: llama_cpp first, llama_preload.py)
   runtime                      import the engine's runtime (also llama_backend_init)
   faulthandler                 Python stack on a native crash
   maps                         list the shared libraries mapped so far
@@ -48,6 +49,8 @@ DEFAULT_VARIANTS = (
     "llama,cv2,load",
     "llama,pydantic,yaml,load",
     "PYTHONFAULTHANDLER=1 llama,engine",  # the engine's own imports after llama_cpp (aborted)
+    "PYTHONFAULTHANDLER=1 appliance,engine",  # as a worker process starts
+    "PYTHONFAULTHANDLER=1 appliance,load,engine",
     "PYTHONFAULTHANDLER=1 no_cv2,llama,engine",
     "PYTHONFAULTHANDLER=1 llama,numpy,pydantic,yaml,no_cv2,engine",
     "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 numpy,llama,load",
@@ -75,6 +78,8 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str) -> None:
                 module.enable()
         elif step == "llama":
             import llama_cpp  # noqa: F401
+        elif step == "appliance":
+            import appliance  # noqa: F401
         elif step == "runtime":
             from appliance.engines.vlm_gguf import runtime  # its import runs llama_backend_init
         elif step == "no_cv2":
