@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 # Counts from earlier in the page fade by this much a step, so a page whose hint turns bad (or
 # good) halfway changes k within a dozen or two steps.
@@ -74,22 +74,31 @@ class DraftLength:
         self.k = best
 
     def acceptance(self, depth: int) -> float:
-        """Share of drafts right at `depth`, given every shallower one was.
+        """Share of drafts right at `depth`, given every shallower one was."""
+        return list(self._acceptances(depth))[-1]
 
-        Each depth's count is pulled toward the depth above it (the first toward one half), so a
-        depth tried once or never takes its neighbour's rate rather than a guess of its own.
+    def _acceptances(self, deepest: int) -> Iterator[float]:
+        """The rates of depths 1..deepest, each pulled toward the depth above it.
+
+        The first is pulled toward one half; so a depth tried once or never takes its neighbour's
+        rate rather than a guess of its own.
         """
         rate, weight = 0.5, 1.0
-        for known in range(1, depth + 1):
-            rate = (self._right[known] + weight * rate) / (self._tries[known] + weight)
+        for depth in range(1, deepest + 1):
+            rate = (self._right[depth] + weight * rate) / (self._tries[depth] + weight)
             weight = 2.0
-        return rate
+            yield rate
 
     def cost(self, batch: int) -> float:
         """What a forward pass over `batch` tokens costs (ms, or the fixed model's unit)."""
+        return self._cost(batch, self._medians())
+
+    def _medians(self) -> dict[int, float]:
+        return {size: statistics.median(times) for size, times in self._timings.items()}
+
+    def _cost(self, batch: int, known: dict[int, float]) -> float:
         if self._fixed_cost is not None:
             return self._fixed_cost(batch)
-        known = {size: statistics.median(times) for size, times in self._timings.items()}
         if not known:
             return float(batch)
         if batch in known:
@@ -111,16 +120,21 @@ class DraftLength:
     def expected_tokens(self, k: int) -> float:
         """Tokens a step with k drafts writes on average (the chosen one and the right drafts)."""
         total, chain = 1.0, 1.0
-        for depth in range(1, k + 1):
-            chain *= self.acceptance(depth)
+        for rate in self._acceptances(k):
+            chain *= rate
             total += chain
         return total
 
     def best(self) -> int:
         """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
-        rates = {
-            k: self.expected_tokens(k) / max(self.cost(k + 1), 1e-9)
-            for k in range(self.k_min, self.k_max + 1)
-        }
+        # Runs every step: the medians once, the acceptance chain built up depth by depth.
+        known = self._medians() if self._fixed_cost is None else {}
+        rates: dict[int, float] = {}
+        expected, chain = 1.0, 1.0
+        for depth, rate in enumerate(self._acceptances(self.k_max), start=1):
+            chain *= rate
+            expected += chain
+            if depth >= self.k_min:
+                rates[depth] = expected / max(self._cost(depth + 1, known), 1e-9)
         top = max(rates.values())
-        return min(k for k, rate in rates.items() if rate >= top * 0.999)
+        return min(k for k, value in rates.items() if value >= top * 0.999)
