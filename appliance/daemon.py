@@ -194,6 +194,10 @@ class Daemon:
             for index in range(config.jobs.workers)
         ]
         self._jobs_by_worker: dict[str, Job] = {}
+        # Jobs whose worker died (or hung) while their profile's cascade could call the VLM: the
+        # next attempt goes without it, so a native crash in the VLM costs its pages the second
+        # reading, not the document. Kept in memory: after a restart a job tries the VLM again.
+        self._vlm_suspects: dict[str, str] = {}
         self._output_gid = grp.getgrnam(config.outputs.group).gr_gid if config.outputs.group else None
         self._output_mode = int(config.outputs.mode, 8)
         self.stats = DaemonStats()
@@ -742,10 +746,17 @@ class Daemon:
                 audit_dir=str(self._audit_dir(folder)),
                 relative_path=job.relative_path,
                 site_dictionary=self._site_dictionary.load(),
+                vlm_skip_reason=self._vlm_suspects.pop(job.id, None),
             )
+            if request.vlm_skip_reason:
+                log.warning("job %s (%s): no VLM this time, %s", job.id, job.name, request.vlm_skip_reason)
             worker.submit(request)
             self._jobs_by_worker[worker.name] = job
             log.debug("job %s (%s) started on %s, attempt %d", job.id, job.name, worker.name, job.attempts)
+
+    def _cascade_calls_vlm(self, profile_name: str) -> bool:
+        profile = self._config.profiles.get(profile_name, self._config.profiles["default"])
+        return self._config.engine.vlm_gguf is not None and profile.cascade.mode != "off"
 
     def _collect(self, restart: bool = True) -> None:
         """Take finished outcomes; deal with workers that died or overran their time."""
@@ -767,6 +778,8 @@ class Daemon:
             self._jobs_by_worker.pop(worker.name)
             worker.kill()
             updated = self.journal.worker_died(job.id, reason)
+            if updated.state is JobState.QUEUED and self._cascade_calls_vlm(job.profile):
+                self._vlm_suspects[job.id] = f"the previous attempt lost its worker: {reason}"
             log.error(
                 "job %s (%s): %s; now %s",
                 job.id,

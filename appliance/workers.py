@@ -62,6 +62,8 @@ class JobRequest:
     audit_dir: str | None = None
     relative_path: str = ""
     site_dictionary: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Why the cascade must not call the VLM this time (its previous attempt killed the worker).
+    vlm_skip_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,12 @@ def _read_one(
 ) -> JobOutcome:
     started = time.monotonic()
     processor = DocumentProcessor(
-        engine, Rasterizer(rasterize), request.repair, request.profile.preprocess, request.profile.cascade
+        engine,
+        Rasterizer(rasterize),
+        request.repair,
+        request.profile.preprocess,
+        request.profile.cascade,
+        vlm_skip_reason=request.vlm_skip_reason,
     )
     decision = Decision(DONE)
     try:

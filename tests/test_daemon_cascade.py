@@ -152,3 +152,25 @@ def test_a_cascade_without_a_vlm_is_a_configuration_error(tmp_path: Path) -> Non
     path.write_text("profiles:\n  default:\n    cascade:\n      mode: always\n")
     with pytest.raises(ConfigError, match=r"engine\.vlm_gguf is not set"):
         load_config(path)
+
+
+def test_a_vlm_that_kills_its_worker_costs_the_second_reading_not_the_document(tmp_path: Path) -> None:
+    config = _config(tmp_path, "always")
+    with DaemonThread(config, fakes.unsure_engine_with_aborting_vlm) as running:
+        (tmp_path / "in").mkdir(exist_ok=True)
+        (tmp_path / "in" / "form.png").write_bytes(png_bytes())
+        control = Control(running.daemon)
+        assert wait_for(lambda: control.status().vlm_decoding.get("fallbacks", 0) >= 1, timeout=60)
+        status = control.status()
+        restarts = running.daemon.stats.worker_restarts
+    outputs = [*(tmp_path / "out").glob("form.png.json"), *(tmp_path / "review").glob("*/form.png.json")]
+    assert len(outputs) == 1 and not list((tmp_path / "failed").glob("*.json"))
+    page = json.loads(outputs[0].read_text())["pages"][0]
+    cascade = page["engine_details"]["cascade"]
+    assert cascade["route"] == "onnx_fallback"
+    assert cascade["error"] == "VLM skipped: the previous attempt lost its worker: worker killed by SIGABRT"
+    assert any("VLM skipped" in warning for warning in page["warnings"])
+    lines = [line for block in page["blocks"] for line in block["lines"]]
+    assert [line["text"] for line in lines] == ["INV0ICE 42"]
+    assert restarts == 1  # one attempt lost with the VLM, the next one read without it
+    assert status.vlm_decoding.get("fallbacks") == 1

@@ -76,9 +76,12 @@ class Cascade:
     A VLM failure, timeout or loop never loses the page: the ONNX read stands and the page says why.
     """
 
-    def __init__(self, reader: PageReader, config: CascadeConfig) -> None:
+    def __init__(self, reader: PageReader, config: CascadeConfig, skip_reason: str | None = None) -> None:
         self._reader = reader
         self._config = config
+        # Set when this document's previous attempt killed its worker: the VLM is the likeliest
+        # native crash there is, so this attempt keeps the ONNX read of every page it would have sent.
+        self._skip_reason = skip_reason
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -110,6 +113,13 @@ class Cascade:
         record: dict[str, Any] = {"vlm_used": wanted, "why": why}
         if not wanted:
             return _with(first, details={"cascade": record})
+        if self._skip_reason is not None:
+            record.update(vlm_used=False, route="onnx_fallback", error=f"VLM skipped: {self._skip_reason}")
+            return _with(
+                first,
+                details={"cascade": record},
+                warnings=[f"cascade: VLM skipped ({self._skip_reason}); the ONNX read stands"],
+            )
         if self._config.unit == "lines" and first.lines:
             return self._refine_lines(image, first, record)
         hint = "\n".join(line.text for block in order_page(list(first.lines)) for line in block.lines)

@@ -33,13 +33,17 @@ class DocumentProcessor:
         repair: RepairConfig | None = None,
         preprocess: PreprocessConfig | None = None,
         cascade: CascadeConfig | None = None,
+        *,
+        vlm_skip_reason: str | None = None,
     ) -> None:
         self._engine = engine
         vlm = vlm_of(engine)
         # The profile's cascade, when it has one and a VLM is installed (the config refuses a
         # cascade without engine.vlm_gguf; a processor built by hand may still pair them wrongly).
         self._cascade = (
-            Cascade(vlm, cascade) if vlm is not None and cascade and cascade.mode != "off" else None
+            Cascade(vlm, cascade, vlm_skip_reason)
+            if vlm is not None and cascade and cascade.mode != "off"
+            else None
         )
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()

@@ -144,8 +144,9 @@ def low_confidence_receipt_engine() -> FixedTextEngine:
 class FakeVlmReader:
     """A second reader for the cascade: writes given lines, fails, or stops the way a VLM can.
 
-    `outcome` is "ok", "crash" (raises), "timeout", "repetition" or "max_tokens" (a stopped
-    generation, as the vlm_gguf engine reports it). It records the hint and image size it was
+    `outcome` is "ok", "crash" (raises), "abort" (kills its process, as a native crash in
+    llama.cpp does), "timeout", "repetition" or "max_tokens" (a stopped generation, as the vlm_gguf
+    engine reports it). It records the hint and image size it was
     given. `answers` maps a hint to the lines written for it (None: that read crashes), for
     line-by-line reads; other hints get `lines`.
     """
@@ -176,6 +177,8 @@ class FakeVlmReader:
         height, width = image.shape[:2]
         self.shapes.append((height, width))
         texts = self.answers.get(hint, self.lines) if hint is not None else self.lines
+        if self.outcome == "abort":
+            os.abort()
         if self.outcome == "crash" or texts is None:
             raise RuntimeError("llama_decode failed with status -3")
         count = max(len(texts), 1)
@@ -217,3 +220,10 @@ def unsure_engine_with_crashing_vlm() -> Any:
     from appliance.engines.factory import EnginePair
 
     return EnginePair(FixedTextEngine("INV0ICE 42", confidence=0.5), FakeVlmReader([], outcome="crash"))
+
+
+def unsure_engine_with_aborting_vlm() -> Any:
+    """As above, with a VLM that takes its worker process down on every page (SIGABRT)."""
+    from appliance.engines.factory import EnginePair
+
+    return EnginePair(FixedTextEngine("INV0ICE 42", confidence=0.5), FakeVlmReader([], outcome="abort"))
