@@ -12,6 +12,7 @@ from rapidfuzz import fuzz
 from appliance.config import CascadeConfig
 from appliance.document import Box, Line
 from appliance.engines.base import PageText
+from appliance.engines.line_crop import crop_line, is_upright, widen
 from appliance.engines.vlm_gguf.output import make_line
 from appliance.pipeline.layout import order_page
 
@@ -173,7 +174,7 @@ class Cascade:
                 break
             line = lines[index]
             try:
-                second = self._reader.read(_crop(image, line.box), hint=line.text, deadline=deadline)
+                second = self._reader.read(_crop(image, line), hint=line.text, deadline=deadline)
             except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
                 log.warning("VLM read of a line failed, its ONNX read stands: %s", error)
                 kept.append(f"line {index + 1}: {type(error).__name__}: {error}")
@@ -211,9 +212,16 @@ class Cascade:
 _CROP_MARGIN = 0.25
 
 
-def _crop(image: np.ndarray, box: Box) -> np.ndarray:
-    """The line's region of the page, with a margin, clipped to the page."""
-    x0, y0, x1, y1 = box
+def _crop(image: np.ndarray, line: Line) -> np.ndarray:
+    """The line's region of the page with a margin: cut from the page, or rectified if it slants."""
+    if len(line.polygon) == 4:
+        quad = np.array(line.polygon, dtype=np.float64)
+        if not is_upright(quad):
+            # A slanted line's box also holds the ends of the lines above and below it, which a
+            # VLM would read as part of this one.
+            height = float(np.linalg.norm(quad[3] - quad[0]))
+            return crop_line(image, widen(quad, height * _CROP_MARGIN))[0]
+    x0, y0, x1, y1 = line.box
     margin = (y1 - y0) * _CROP_MARGIN
     height, width = image.shape[:2]
     left, top = max(0, int(x0 - margin)), max(0, int(y0 - margin))

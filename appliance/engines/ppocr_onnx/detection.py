@@ -123,22 +123,3 @@ class TextDetector:
                 continue
             quads.append(quad)
         return quads
-
-
-def crop_line(image: np.ndarray, quad: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Rectify a line quad into an upright crop; tall crops are turned so text runs left to right.
-
-    Returns the crop and whether it was turned 90 degrees (vertical text), which the word-box
-    mapping needs to know.
-    """
-    width = int(max(np.linalg.norm(quad[0] - quad[1]), np.linalg.norm(quad[3] - quad[2])))
-    height = int(max(np.linalg.norm(quad[0] - quad[3]), np.linalg.norm(quad[1] - quad[2])))
-    width, height = max(width, 1), max(height, 1)
-    target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
-    matrix = cv2.getPerspectiveTransform(quad.astype(np.float32), target)
-    crop = cv2.warpPerspective(
-        image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC
-    )
-    if height / width >= 1.5:
-        return np.ascontiguousarray(np.rot90(crop)), True
-    return crop, False

@@ -15,6 +15,7 @@ import numpy as np
 from appliance.config import PpocrOnnxConfig
 from appliance.document import Line, Word
 from appliance.engines.base import OrientationEvidence, PageText
+from appliance.engines.line_crop import crop_line
 from appliance.engines.manifest import (
     Manifest,
     ModelEntry,
@@ -23,7 +24,7 @@ from appliance.engines.manifest import (
     verify_models,
 )
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
-from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
+from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
