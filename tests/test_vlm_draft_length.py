@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.engines.vlm_gguf.draft_length import DraftLength
+from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength
 
 
 def gpu_like(batch: int) -> float:
@@ -80,3 +80,13 @@ def test_an_untried_depth_takes_the_rate_of_the_depth_above() -> None:
         lengths.observe(2, 1, 3, 1.0)
     assert lengths.acceptance(3) == lengths.acceptance(2)
     assert lengths.acceptance(2) < lengths.acceptance(1)
+
+
+def test_costs_measured_on_one_page_serve_the_next() -> None:
+    costs = BatchCosts()
+    first = DraftLength(k=4, k_min=1, k_max=16, costs=costs)
+    for _ in range(3):
+        first.observe(4, 4, 5, 4.0)
+    second = DraftLength(k=4, k_min=1, k_max=16, costs=costs)
+    assert second.cost(5) == 4.0
+    assert DraftLength(k=4, k_min=1, k_max=16).cost(5) == 5.0  # knowing nothing: b tokens cost b

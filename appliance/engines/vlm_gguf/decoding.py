@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from appliance.engines.vlm_gguf.draft_length import DraftLength
+from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength
 from appliance.engines.vlm_gguf.drafts import DraftSource
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 
@@ -122,8 +122,12 @@ def greedy_decode(
     guard: LoopGuard | None = None,
     deadline: float | None = None,
     should_stop: Callable[[list[int]], bool] | None = None,
+    costs: BatchCosts | None = None,
 ) -> Generation:
     """Generate greedily from `first_logits` (the logits after the prompt).
+
+    `costs`: the step timings of earlier pages on the same model, to choose draft lengths from
+    the first step (the caller keeps it; None: this page measures its own).
 
     With a draft source, up to k proposed tokens are fed together with the token just chosen; the
     draft tokens are accepted while each equals the argmax of the logits before it, which is what
@@ -135,7 +139,7 @@ def greedy_decode(
     tokens: list[int] = []
     probabilities: list[float] = []
     logits = first_logits
-    lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost)
+    lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs)
     k = lengths.k
     drafting = draft is not None
 

@@ -35,23 +35,48 @@ _PROBE_EVERY = 8
 _PROBE_SAMPLES = 3
 
 
+class BatchCosts:
+    """What forward passes over b tokens have taken (ms), kept across pages.
+
+    A property of the model, the machine and the settings, not of a page: the engine keeps one for
+    its life, so a page (or a line crop, a few dozen tokens) starts from what earlier ones measured.
+    """
+
+    def __init__(self) -> None:
+        self._timings: dict[int, deque[float]] = {}
+
+    def observe(self, batch: int, milliseconds: float) -> None:
+        self._timings.setdefault(batch, deque(maxlen=_SAMPLES)).append(milliseconds)
+
+    def samples(self, batch: int) -> int:
+        return len(self._timings.get(batch, ()))
+
+    def medians(self) -> dict[int, float]:
+        return {size: statistics.median(times) for size, times in self._timings.items()}
+
+
 class DraftLength:
-    """Learns a page's acceptance by depth and cost by batch size; proposes the next draft length."""
+    """Learns a page's acceptance by depth (and cost by batch size); proposes the next draft length."""
 
     def __init__(
-        self, k: int, k_min: int, k_max: int, batch_cost: Callable[[int], float] | None = None
+        self,
+        k: int,
+        k_min: int,
+        k_max: int,
+        batch_cost: Callable[[int], float] | None = None,
+        costs: BatchCosts | None = None,
     ) -> None:
         self.k_min, self.k_max = k_min, k_max
         self.k = max(k_min, min(k, k_max))
         self._tries = [0.0] * (k_max + 1)  # index d: fading count of drafts tried at depth d
         self._right = [0.0] * (k_max + 1)
         self._fixed_cost = batch_cost  # a known cost model (tests, a site's measurement)
-        self._timings: dict[int, deque[float]] = {}
+        self._costs = costs if costs is not None else BatchCosts()
         self._steps = 0
 
     def observe(self, proposed: int, accepted: int, batch: int, milliseconds: float) -> None:
         """One step: `proposed` drafts of which the first `accepted` were right, `batch` tokens fed."""
-        self._timings.setdefault(batch, deque(maxlen=_SAMPLES)).append(milliseconds)
+        self._costs.observe(batch, milliseconds)
         if not proposed:
             return
         for depth in range(1, self.k_max + 1):
@@ -68,7 +93,7 @@ class DraftLength:
             self._fixed_cost is None
             and self._steps % _PROBE_EVERY == 0
             and longer <= self.k_max
-            and len(self._timings.get(longer + 1, ())) < _PROBE_SAMPLES
+            and self._costs.samples(longer + 1) < _PROBE_SAMPLES
         ):
             best = longer
         self.k = best
@@ -91,10 +116,7 @@ class DraftLength:
 
     def cost(self, batch: int) -> float:
         """What a forward pass over `batch` tokens costs (ms, or the fixed model's unit)."""
-        return self._cost(batch, self._medians())
-
-    def _medians(self) -> dict[int, float]:
-        return {size: statistics.median(times) for size, times in self._timings.items()}
+        return self._cost(batch, self._costs.medians())
 
     def _cost(self, batch: int, known: dict[int, float]) -> float:
         if self._fixed_cost is not None:
@@ -128,7 +150,7 @@ class DraftLength:
     def best(self) -> int:
         """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
         # Runs every step: the medians once, the acceptance chain built up depth by depth.
-        known = self._medians() if self._fixed_cost is None else {}
+        known = self._costs.medians() if self._fixed_cost is None else {}
         rates: dict[int, float] = {}
         expected, chain = 1.0, 1.0
         for depth, rate in enumerate(self._acceptances(self.k_max), start=1):

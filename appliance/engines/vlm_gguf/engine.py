@@ -18,6 +18,7 @@ from appliance.engines.base import PageText
 from appliance.engines.gguf_manifest import load_vlm_manifest, verify_vlm_files
 from appliance.engines.vlm_gguf import runtime
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
+from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from appliance.engines.vlm_gguf.memory import MemoryPlan, plan_memory
@@ -146,6 +147,8 @@ class VlmGgufEngine:
             batch_cost=_linear_cost(config.draft.extra_token_cost),
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
+        # Verification costs by batch size, learnt over every page this engine reads.
+        self._batch_costs = BatchCosts()
 
     def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
         """Load with the plan; when an allocation fails, shorten the context, then move layers to the CPU."""
@@ -314,6 +317,7 @@ class VlmGgufEngine:
             guard=self._guard,
             deadline=deadline,
             should_stop=hit_stop if stops else None,
+            costs=self._batch_costs,
         )
         decode_ms = (time.perf_counter() - decode_started) * 1000
         text, confidences = spell_out([piece(t) for t in generation.tokens], generation.probabilities)
