@@ -98,7 +98,7 @@ class VlmDraftConfig(_Strict):
     min_acceptance: StrictFloat = Field(default=0.3, ge=0, le=1)
     min_drafted: StrictInt = Field(default=32, ge=1)
     # What each token past the first adds to a verification pass, relative to one token (an H200:
-    # ~0.15 up to 8 tokens; a CPU: ~0.5-0.9). None: measured on every page as it is written.
+    # ~0.15 up to 8 tokens; a 2-core CPU: ~0.2-0.55). None: measured as pages are written.
     extra_token_cost: StrictFloat | None = Field(default=None, ge=0)
 
 

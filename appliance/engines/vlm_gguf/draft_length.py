@@ -8,7 +8,7 @@ and by machine, so both are learnt while the page is written:
   ...): OCR hints go wrong in bursts (a misread word throws the next few tokens off), so deep
   drafts are right less often than shallow ones and a single acceptance rate overstates them;
 - what a forward pass over b tokens costs: on a GPU up to 8 tokens cost little more than one
-  (1.1-2.6x on an H200), on a CPU nearly b times one (bench/README.md).
+  (1.1-2.6x on an H200), on a 2-core CPU about half of b times one (bench/README.md).
 
 The expected tokens of a step with k drafts are 1 + a1 + a1*a2 + ... + a1*...*ak (ad: the share of
 tries at depth d that were right), its cost c(k + 1); the next k is the one with the most tokens
