@@ -22,7 +22,8 @@ decoding loop (appliance.engines.vlm_gguf), with the LightOnOCR profile's image 
   k = 0..16, after the prompt and the generated tokens, relative to k = 0 (one token);
 - speculation: `greedy_decode` with a `HintDraft` from the model's own no-draft output (every
   draft is right: the upper bound) and from that output corrupted at rate R (each token replaced,
-  dropped or followed by a random one, 2:1:1), with the engine's default DraftPolicy;
+  dropped or followed by a random one, 2:1:1), with the engine's default DraftPolicy and, as the
+  engine, one memory of batch costs over the runs (each run starts from what the ones before timed);
 - pages/s at 600 and 1000 tokens per page: 1 / (encode + prompt prefill + tokens / decode rate).
 
 `--smoke` runs the same code on a CPU build with small shapes, few tokens and no VRAM polling.
@@ -236,6 +237,7 @@ def measure_one(
     """
     from appliance.engines.vlm_gguf import memory, runtime
     from appliance.engines.vlm_gguf.decoding import DraftPolicy, greedy_decode
+    from appliance.engines.vlm_gguf.draft_length import BatchCosts
     from appliance.engines.vlm_gguf.drafts import HintDraft
     from appliance.engines.vlm_gguf.profiles import profile_for
 
@@ -287,6 +289,9 @@ def measure_one(
         result["prefill_tok_s"] = round(len(prefix) / (statistics.median(prefill[1:]) / 1000), 1)
         stage("prefill")
 
+        # One cost memory for every run, as the engine keeps one over its pages.
+        costs = BatchCosts()
+
         def decode(
             draft: Any = None, script: list[int] | None = None
         ) -> tuple[list[int], dict[str, Any], float]:
@@ -298,7 +303,7 @@ def measure_one(
                 first = target.row(0)
             started = time.perf_counter()
             generation = greedy_decode(
-                target, first, max_tokens=args.tokens, draft=draft, policy=DraftPolicy()
+                target, first, max_tokens=args.tokens, draft=draft, policy=DraftPolicy(), costs=costs
             )
             seconds = time.perf_counter() - started
             return generation.tokens, generation.stats.to_dict(), seconds
