@@ -62,6 +62,7 @@ from appliance.review import (
     parse_correction,
 )
 from appliance.systemd import Notifier, event
+from appliance.vlm_breaker import VlmBreaker
 from appliance.workers import EngineFactory, JobOutcome, JobRequest, Worker
 
 log = logging.getLogger(__name__)
@@ -194,10 +195,9 @@ class Daemon:
             for index in range(config.jobs.workers)
         ]
         self._jobs_by_worker: dict[str, Job] = {}
-        # Jobs whose worker died (or hung) while their profile's cascade could call the VLM: the
-        # next attempt goes without it, so a native crash in the VLM costs its pages the second
-        # reading, not the document. Kept in memory: after a restart a job tries the VLM again.
-        self._vlm_suspects: dict[str, str] = {}
+        # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
+        # every job may try the VLM again).
+        self._vlm_breaker = VlmBreaker()
         self._output_gid = grp.getgrnam(config.outputs.group).gr_gid if config.outputs.group else None
         self._output_mode = int(config.outputs.mode, 8)
         self.stats = DaemonStats()
@@ -746,7 +746,9 @@ class Daemon:
                 audit_dir=str(self._audit_dir(folder)),
                 relative_path=job.relative_path,
                 site_dictionary=self._site_dictionary.load(),
-                vlm_skip_reason=self._vlm_suspects.pop(job.id, None),
+                vlm_skip_reason=(
+                    self._vlm_breaker.skip_reason(job.id) if self._cascade_calls_vlm(job.profile) else None
+                ),
             )
             if request.vlm_skip_reason:
                 log.warning("job %s (%s): no VLM this time, %s", job.id, job.name, request.vlm_skip_reason)
@@ -767,6 +769,7 @@ class Daemon:
             outcome = worker.poll()
             if outcome is not None:
                 self._jobs_by_worker.pop(worker.name)
+                self._vlm_breaker.finished(job.id)
                 self._finish(job, outcome)
                 continue
             if not worker.alive():
@@ -778,8 +781,8 @@ class Daemon:
             self._jobs_by_worker.pop(worker.name)
             worker.kill()
             updated = self.journal.worker_died(job.id, reason)
-            if updated.state is JobState.QUEUED and self._cascade_calls_vlm(job.profile):
-                self._vlm_suspects[job.id] = f"the previous attempt lost its worker: {reason}"
+            if self._cascade_calls_vlm(job.profile):
+                self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
             log.error(
                 "job %s (%s): %s; now %s",
                 job.id,

@@ -174,3 +174,25 @@ def test_a_vlm_that_kills_its_worker_costs_the_second_reading_not_the_document(t
     assert [line["text"] for line in lines] == ["INV0ICE 42"]
     assert restarts == 1  # one attempt lost with the VLM, the next one read without it
     assert status.vlm_decoding.get("fallbacks") == 1
+
+
+def test_after_three_documents_in_a_row_lose_their_worker_the_vlm_is_left_out(tmp_path: Path) -> None:
+    config = _config(tmp_path, "always")
+    with DaemonThread(config, fakes.unsure_engine_with_aborting_vlm) as running:
+        (tmp_path / "in").mkdir(exist_ok=True)
+        control = Control(running.daemon)
+
+        def fallbacks() -> float:
+            return control.status().vlm_decoding.get("fallbacks", 0)
+
+        for index in range(4):  # one after the other, each a different file
+            (tmp_path / "in" / f"form{index}.png").write_bytes(png_bytes(size=(330 + 10 * index, 200)))
+            assert wait_for(lambda done=index + 1: fallbacks() >= done, timeout=60)
+        restarts = running.daemon.stats.worker_restarts
+    assert restarts == 3  # the fourth document never reached the VLM
+    results = sorted([*(tmp_path / "out").glob("form*.json"), *(tmp_path / "review").glob("*/form*.json")])
+    assert len(results) == 4
+    last = json.loads(next(path for path in results if path.name == "form3.png.json").read_text())
+    assert last["pages"][0]["engine_details"]["cascade"]["error"].startswith(
+        "VLM skipped: VLM disabled until restart: 3 documents in a row lost their worker"
+    )
