@@ -204,6 +204,8 @@ def _status(client: Any, args: argparse.Namespace) -> ExitCode:
                 f"(draft cost {vlm.draft_ms / 1000:.1f} s), {vlm.fallbacks} fallbacks to ONNX",
             ]
         )
+    if status.HasField("vlm_disabled"):
+        rows.append(["VLM", status.vlm_disabled])
     _table(rows, ["", ""])
     if status.recent_errors:
         print("\nrecent errors:")

@@ -91,6 +91,8 @@ class Status:
     # Sums of the VLM's decoding since start (pages, generated/drafted/accepted tokens, draft_ms,
     # target_ms, fallbacks); empty while no page went to the VLM.
     vlm_decoding: dict[str, float] = field(default_factory=dict)
+    # Why the VLM is left out of every attempt until restart (vlm_breaker); None while it is not.
+    vlm_disabled: str | None = None
 
 
 @dataclass(frozen=True)

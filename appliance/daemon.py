@@ -1137,6 +1137,7 @@ class Daemon:
             gpu_memory_budget_bytes=self._gpu_memory_budget(),
             recent_errors=list(self.recent_errors),
             vlm_decoding=dict(self._decoding),
+            vlm_disabled=self._vlm_breaker.disabled,
         )
 
     def _gpu_memory_budget(self) -> int | None:

@@ -25,7 +25,8 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from appliance.engines.ppocr_onnx.detection import TextDetector, crop_line
+from appliance.engines.line_crop import crop_line
+from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.recognition import TextRecognizer
 

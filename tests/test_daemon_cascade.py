@@ -174,6 +174,7 @@ def test_a_vlm_that_kills_its_worker_costs_the_second_reading_not_the_document(t
     assert [line["text"] for line in lines] == ["INV0ICE 42"]
     assert restarts == 1  # one attempt lost with the VLM, the next one read without it
     assert status.vlm_decoding.get("fallbacks") == 1
+    assert status.vlm_disabled is None and not convert.status(status).HasField("vlm_disabled")
 
 
 def test_after_three_documents_in_a_row_lose_their_worker_the_vlm_is_left_out(tmp_path: Path) -> None:
@@ -189,6 +190,9 @@ def test_after_three_documents_in_a_row_lose_their_worker_the_vlm_is_left_out(tm
             (tmp_path / "in" / f"form{index}.png").write_bytes(png_bytes(size=(330 + 10 * index, 200)))
             assert wait_for(lambda done=index + 1: fallbacks() >= done, timeout=60)
         restarts = running.daemon.stats.worker_restarts
+        status = control.status()
+    assert status.vlm_disabled is not None and status.vlm_disabled.startswith("VLM disabled until restart")
+    assert convert.status(status).vlm_disabled == status.vlm_disabled
     assert restarts == 3  # the fourth document never reached the VLM
     results = sorted([*(tmp_path / "out").glob("form*.json"), *(tmp_path / "review").glob("*/form*.json")])
     assert len(results) == 4

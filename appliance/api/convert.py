@@ -137,6 +137,8 @@ def status(item: Status) -> pb.GetStatusResponse:
         message.gpu_memory_budget_bytes = item.gpu_memory_budget_bytes
     if item.vlm_decoding:
         message.vlm_decoding.CopyFrom(vlm_decoding(item.vlm_decoding))
+    if item.vlm_disabled is not None:
+        message.vlm_disabled = item.vlm_disabled
     return message
 
 

@@ -235,6 +235,7 @@ class GetStatusResponse(_message.Message):
     GPU_MEMORY_BUDGET_BYTES_FIELD_NUMBER: _builtins.int
     RECENT_ERRORS_FIELD_NUMBER: _builtins.int
     VLM_DECODING_FIELD_NUMBER: _builtins.int
+    VLM_DISABLED_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     uptime_seconds: _builtins.float
     state: Global___DaemonState.ValueType
@@ -244,6 +245,8 @@ class GetStatusResponse(_message.Message):
     gpu_memory_used_bytes: _builtins.int
     """absent on the CPU"""
     gpu_memory_budget_bytes: _builtins.int
+    vlm_disabled: _builtins.str
+    """why the VLM is left out until restart; absent while it is not"""
     @_builtins.property
     def engines(self) -> _containers.RepeatedCompositeFieldContainer[Global___Engine]: ...
     @_builtins.property
@@ -274,10 +277,11 @@ class GetStatusResponse(_message.Message):
         gpu_memory_budget_bytes: _builtins.int | None = ...,
         recent_errors: _abc.Iterable[Global___RecentError] | None = ...,
         vlm_decoding: Global___VlmDecoding | None = ...,
+        vlm_disabled: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "vlm_decoding", b"vlm_decoding"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["gpu_memory_budget_bytes"]  # noqa: Y015
     _WhichOneofArgType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes"]  # noqa: Y015
@@ -285,12 +289,16 @@ class GetStatusResponse(_message.Message):
     _WhichOneofArgType__gpu_memory_used_bytes: _TypeAlias = _typing.Literal["_gpu_memory_used_bytes", b"_gpu_memory_used_bytes"]  # noqa: Y015
     _WhichOneofReturnType__vlm_decoding: _TypeAlias = _typing.Literal["vlm_decoding"]  # noqa: Y015
     _WhichOneofArgType__vlm_decoding: _TypeAlias = _typing.Literal["_vlm_decoding", b"_vlm_decoding"]  # noqa: Y015
+    _WhichOneofReturnType__vlm_disabled: _TypeAlias = _typing.Literal["vlm_disabled"]  # noqa: Y015
+    _WhichOneofArgType__vlm_disabled: _TypeAlias = _typing.Literal["_vlm_disabled", b"_vlm_disabled"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_memory_budget_bytes) -> _WhichOneofReturnType__gpu_memory_budget_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_memory_used_bytes) -> _WhichOneofReturnType__gpu_memory_used_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__vlm_decoding) -> _WhichOneofReturnType__vlm_decoding | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__vlm_disabled) -> _WhichOneofReturnType__vlm_disabled | None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
 

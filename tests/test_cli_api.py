@@ -1,0 +1,27 @@
+"""The status command shows why the VLM is left out, when it is."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from appliance.api.v1 import appliance_pb2 as pb
+from appliance.cli_api import _status
+
+
+class _Client:
+    def __init__(self, response: pb.GetStatusResponse) -> None:
+        self.response = response
+
+    def status(self) -> pb.GetStatusResponse:
+        return self.response
+
+
+def test_status_shows_a_disabled_vlm_and_nothing_while_it_is_not(capsys: pytest.CaptureFixture[str]) -> None:
+    reason = "VLM disabled until restart: 3 documents in a row lost their worker while they could call it"
+    plain = argparse.Namespace(json=False)
+    _status(_Client(pb.GetStatusResponse(version="0.1.0", vlm_disabled=reason)), plain)
+    assert reason in capsys.readouterr().out
+    _status(_Client(pb.GetStatusResponse(version="0.1.0")), plain)
+    assert "VLM disabled" not in capsys.readouterr().out
