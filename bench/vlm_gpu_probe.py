@@ -67,7 +67,7 @@ def _stand_in_cv2() -> None:
     sys.modules["cv2"] = module
 
 
-def run_steps(steps: list[str], model_dir: Path, model_name: str) -> None:
+def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = "auto") -> None:
     """Run the steps in order in this process, saying each before it starts (the last one said crashed)."""
     model = model_dir / model_name
     for step in steps:
@@ -112,6 +112,7 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str) -> None:
                     "max_tokens_per_page": 300,
                     "verify_hashes": False,
                     "draft": {"source": "none"},
+                    "device": device,
                 }
             )
             engine = VlmGgufEngine(config)
@@ -137,7 +138,7 @@ def parse_variant(variant: str) -> tuple[dict[str, str], list[str]]:
 def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     env, steps = parse_variant(variant)
     command = [sys.executable, str(Path(__file__).resolve()), "--model-dir", str(args.model_dir)]
-    command += ["--model", args.model, "--child", ",".join(steps)]
+    command += ["--model", args.model, "--device", args.device, "--child", ",".join(steps)]
     started = time.perf_counter()
     try:
         environment = {**os.environ, **env}
@@ -173,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("variants", nargs="*", help="default: the matrix in this file")
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--model", default="model-Q8_0.gguf")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="the engine step's")
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--tail", type=int, default=8, help="last lines of a variant's output shown")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        run_steps(args.child.split(","), args.model_dir, args.model)
+        run_steps(args.child.split(","), args.model_dir, args.model, args.device)
         return 0
     results = []
     for variant in args.variants or DEFAULT_VARIANTS:
