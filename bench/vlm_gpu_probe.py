@@ -24,6 +24,7 @@ Steps:
   load_cpu                     the same with n_gpu_layers=0
   engine                       the vlm_gguf engine reads two synthetic pages (no draft)
   no_cv2                       put a stand-in `cv2` (BGR->RGB only) in place, so `engine` loads no OpenCV
+  no_gpu_memory                the engine never asks ggml for the devices' memory (a path only a GPU takes)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ DEFAULT_VARIANTS = (
     "PYTHONFAULTHANDLER=1 llama,engine",  # the engine's own imports after llama_cpp (aborted)
     "PYTHONFAULTHANDLER=1 appliance,engine",  # as a worker process starts
     "PYTHONFAULTHANDLER=1 appliance,load,engine",
+    "PYTHONFAULTHANDLER=1 appliance,no_gpu_memory,engine",
     "PYTHONFAULTHANDLER=1 no_cv2,llama,engine",
     "PYTHONFAULTHANDLER=1 llama,numpy,pydantic,yaml,no_cv2,engine",
     "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 numpy,llama,load",
@@ -84,6 +86,10 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = 
             from appliance.engines.vlm_gguf import runtime  # its import runs llama_backend_init
         elif step == "no_cv2":
             _stand_in_cv2()
+        elif step == "no_gpu_memory":
+            from appliance.engines.vlm_gguf import runtime
+
+            runtime.gpu_memory_used = lambda: None
         elif step == "maps":
             maps = Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
             print("\n".join(sorted({line.split()[-1] for line in maps if ".so" in line})), flush=True)
