@@ -62,7 +62,7 @@ class JobRequest:
     audit_dir: str | None = None
     relative_path: str = ""
     site_dictionary: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Why the cascade must not call the VLM this time (its previous attempt killed the worker).
+    # Why the cascade must not call the VLM this time (vlm_breaker: workers were lost to it).
     vlm_skip_reason: str | None = None
 
 

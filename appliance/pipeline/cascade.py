@@ -80,8 +80,9 @@ class Cascade:
     def __init__(self, reader: PageReader, config: CascadeConfig, skip_reason: str | None = None) -> None:
         self._reader = reader
         self._config = config
-        # Set when this document's previous attempt killed its worker: the VLM is the likeliest
-        # native crash there is, so this attempt keeps the ONNX read of every page it would have sent.
+        # Set when workers were lost to the VLM (vlm_breaker): this document's previous attempt, or
+        # several in a row. The VLM is the likeliest native crash there is, so this attempt keeps the
+        # ONNX read of every page it would have sent.
         self._skip_reason = skip_reason
 
     def wants(self, first: PageText) -> tuple[bool, str]:
