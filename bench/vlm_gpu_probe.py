@@ -23,6 +23,7 @@ Steps:
   load                         the model fully offloaded, a 4,096-token context, 1,616 + 3 tokens decoded
   load_cpu                     the same with n_gpu_layers=0
   engine                       the vlm_gguf engine reads two synthetic pages (no draft)
+  engine_hint                  the same with a text hint to draft from (the cascade's path)
   no_cv2                       put a stand-in `cv2` (BGR->RGB only) in place, so `engine` loads no OpenCV
   no_gpu_memory                the engine never asks ggml for the devices' memory (a path only a GPU takes)
 """
@@ -53,6 +54,7 @@ DEFAULT_VARIANTS = (
     "PYTHONFAULTHANDLER=1 appliance,engine",  # as a worker process starts
     "PYTHONFAULTHANDLER=1 appliance,load,engine",
     "PYTHONFAULTHANDLER=1 appliance,no_gpu_memory,engine",
+    "PYTHONFAULTHANDLER=1 appliance,engine_hint",
     "PYTHONFAULTHANDLER=1 no_cv2,llama,engine",
     "PYTHONFAULTHANDLER=1 llama,numpy,pydantic,yaml,no_cv2,engine",
     "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 numpy,llama,load",
@@ -107,7 +109,7 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = 
             print(f"decoded, logits {context.append([1000, 1001, 1002]).shape}", flush=True)
             context.close()
             text.close()
-        elif step == "engine":
+        elif step in ("engine", "engine_hint"):
             from appliance.config import VlmGgufConfig
             from appliance.engines.vlm_gguf.engine import VlmGgufEngine
             from bench.vlm_gpu_bench import synthetic_page
@@ -117,14 +119,16 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = 
                     "model_dir": model_dir,
                     "max_tokens_per_page": 300,
                     "verify_hashes": False,
-                    "draft": {"source": "none"},
+                    "draft": {"source": "ocr_hint" if step == "engine_hint" else "none"},
                     "device": device,
                 }
             )
             engine = VlmGgufEngine(config)
             print(f"engine loaded: {json.dumps(engine.describe().get('gpu_memory'))}", flush=True)
+            # engine_hint: an ONNX-like text to draft from (tokenized and aligned: TextHintDraft).
+            hint = "ACME STORE\nTEA 3.00\nTOTAL 12.50" if step == "engine_hint" else None
             for seed in range(2):
-                page = engine.read(synthetic_page(1540, 1100, seed)[:, :, ::-1])
+                page = engine.read(synthetic_page(1540, 1100, seed)[:, :, ::-1], hint=hint)
                 details = page.details.get("vlm_gguf", {})
                 tokens, total_ms = details.get("generated_tokens"), details.get("total_ms")
                 print(f"page {seed}: {tokens} tokens, {total_ms} ms", flush=True)
