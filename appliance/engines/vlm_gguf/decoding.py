@@ -103,9 +103,9 @@ def _probability(row: np.ndarray, token: int) -> float:
     """Softmax probability of `token` in a logits row (stable: shifted by the maximum).
 
     In the row's own float32, exponentiated in place: this runs once per generated token over the
-    whole vocabulary (152k entries), and the float64 copy it used to make was most of the decoding
-    loop's own time, 0.27 of 0.65 ms a token against ~1.7 ms for a forward pass on a GPU. numpy's
-    pairwise float32 sum keeps the result within about 1e-6 of itself.
+    whole vocabulary (152k entries), where a float64 copy of the row is a large part of the loop's
+    own time (bench/README.md, "VLM decoding loop"). numpy's pairwise float32 sum keeps the result
+    within about 1e-6 of itself (tests/test_vlm_decoding.py holds it to 1e-5).
     """
     weights = row - row.max()
     np.exp(weights, out=weights)
@@ -140,7 +140,6 @@ def greedy_decode(
     probabilities: list[float] = []
     logits = first_logits
     lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs)
-    k = lengths.k
     drafting = draft is not None
 
     def finish(reason: str) -> Generation:
@@ -166,9 +165,9 @@ def greedy_decode(
         proposal: list[int] = []
         if drafting and draft is not None:
             started = time.perf_counter()
-            proposal = draft.propose(tokens, min(k, max_tokens - len(tokens)))
+            proposal = draft.propose(tokens, min(lengths.k, max_tokens - len(tokens)))
             stats.draft_ms += (time.perf_counter() - started) * 1000
-            stats.k_history.append(k)
+            stats.k_history.append(lengths.k)
 
         started = time.perf_counter()
         rows = target.append([token, *proposal])
@@ -209,7 +208,6 @@ def greedy_decode(
             # cost per step too, and they make fewer, longer steps pay more than the pass alone says.
             now = time.perf_counter()
             lengths.observe(len(proposal), accepted, 1 + len(proposal), (now - step_started) * 1000)
-            k = lengths.k
             step_started = now
         if stop_reason:
             return finish(stop_reason)
