@@ -117,8 +117,8 @@ def _geometry(result: Preprocessed, config: PreprocessConfig) -> None:
             result.image, matrix = deskew.rotate_quarter(result.image, turns)
             result.transform.then(matrix)
             if config.deskew:
-                # The skew is measured again on the upright page, in its own frame (on a 35 MP
-                # scan that is 40-160 ms, so only when deskew will use it).
+                # The skew is measured again on the upright page, in its own frame: a second
+                # look at the whole page, so only when deskew will use it.
                 estimate = (
                     deskew.estimate_skew(result.image, config.deskew_max_angle, check_vertical=False)
                     or estimate

@@ -44,8 +44,9 @@ def ink_points(page: np.ndarray, seed: int = 0) -> np.ndarray:
     """Dark-pixel coordinates (N x 2, centred) of the page (BGR or grey) scaled to _WORK_SIDE pixels."""
     height, width = page.shape[:2]
     scale = min(1.0, _WORK_SIDE / max(height, width))
-    # Shrunk before it is made grey: a full-size grey copy of a 35 MP scan is a fresh 35 MB the
-    # first time (up to 135 ms of page faults), and only the small page is looked at.
+    # Shrunk before it is made grey: a full-size grey copy of a 35 MP scan is a fresh 35 MB whose
+    # page faults cost more than the rest of the step, and only the small page is looked at (the
+    # step's share of big scans: `bench.preprocess_bench --min-megapixels 20`).
     small = grey_of(shrink(page, scale))
     # Black scanner edges are no text: their long straight sides give the profile along the
     # lines its sharpest steps, and turned 8 of 10 receipts with added black edges sideways.
