@@ -78,6 +78,17 @@ def _config(root: Path, mode: str) -> AppConfig:
     )
 
 
+def _drop(root: Path, name: str = "form.png", size: tuple[int, int] | None = None) -> None:
+    """A rendered page put in the hot folder (sizes differ so that files are not duplicates)."""
+    (root / "in").mkdir(exist_ok=True)
+    (root / "in" / name).write_bytes(png_bytes() if size is None else png_bytes(size=size))
+
+
+def _read_results(root: Path, pattern: str = "*.png.json") -> list[Path]:
+    """The JSON results written, whether to the output folder or to a review folder."""
+    return sorted([*(root / "out").glob(pattern), *(root / "review").glob(f"*/{pattern}")])
+
+
 def _result(root: Path) -> dict[str, object]:
     results = list((root / "out").glob("*.json"))
     assert len(results) == 1
@@ -87,8 +98,7 @@ def _result(root: Path) -> dict[str, object]:
 def test_an_unsure_page_is_read_again_by_the_vlm_and_counted_in_the_status(tmp_path: Path) -> None:
     config = _config(tmp_path, "below_threshold")
     with DaemonThread(config, fakes.unsure_engine_with_vlm) as running:
-        (tmp_path / "in").mkdir(exist_ok=True)
-        (tmp_path / "in" / "form.png").write_bytes(png_bytes())
+        _drop(tmp_path)
         control = Control(running.daemon)
         assert wait_for(lambda: control.status().vlm_decoding.get("pages", 0) >= 1)
         assert wait_for(lambda: bool(list((tmp_path / "out").glob("*.json"))))
@@ -114,9 +124,8 @@ def test_the_status_reports_the_highest_gpu_memory_the_pages_saw_and_the_vlm_bud
         status = control.status()
         assert status.gpu_memory_used_bytes is None  # no page read yet
         assert status.gpu_memory_budget_bytes == 8192 * 2**20  # the configured budget, all workers'
-        (tmp_path / "in").mkdir(exist_ok=True)
-        (tmp_path / "in" / "first.png").write_bytes(png_bytes())
-        (tmp_path / "in" / "second.png").write_bytes(png_bytes(size=(330, 200)))
+        _drop(tmp_path, "first.png")
+        _drop(tmp_path, "second.png", size=(330, 200))
         assert wait_for(lambda: control.status().vlm_decoding.get("pages", 0) >= 2)
         status = control.status()
     assert status.gpu_memory_used_bytes == 7 * GIB  # the first page's, not the last one's
@@ -133,12 +142,11 @@ def test_the_status_reports_the_highest_gpu_memory_the_pages_saw_and_the_vlm_bud
 def test_a_failing_vlm_leaves_the_onnx_read_and_counts_a_fallback(tmp_path: Path) -> None:
     config = _config(tmp_path, "always")
     with DaemonThread(config, fakes.unsure_engine_with_crashing_vlm) as running:
-        (tmp_path / "in").mkdir(exist_ok=True)
-        (tmp_path / "in" / "form.png").write_bytes(png_bytes())
+        _drop(tmp_path)
         control = Control(running.daemon)
         assert wait_for(lambda: control.status().vlm_decoding.get("fallbacks", 0) >= 1)
         status = control.status()
-    outputs = list((tmp_path / "out").glob("*.json")) or list((tmp_path / "review").glob("*/*.json"))
+    outputs = _read_results(tmp_path)
     result = json.loads(outputs[0].read_text())
     page = result["pages"][0]
     assert page["engine_details"]["cascade"]["route"] == "onnx_fallback"
@@ -157,13 +165,12 @@ def test_a_cascade_without_a_vlm_is_a_configuration_error(tmp_path: Path) -> Non
 def test_a_vlm_that_kills_its_worker_costs_the_second_reading_not_the_document(tmp_path: Path) -> None:
     config = _config(tmp_path, "always")
     with DaemonThread(config, fakes.unsure_engine_with_aborting_vlm) as running:
-        (tmp_path / "in").mkdir(exist_ok=True)
-        (tmp_path / "in" / "form.png").write_bytes(png_bytes())
+        _drop(tmp_path)
         control = Control(running.daemon)
         assert wait_for(lambda: control.status().vlm_decoding.get("fallbacks", 0) >= 1, timeout=60)
         status = control.status()
         restarts = running.daemon.stats.worker_restarts
-    outputs = [*(tmp_path / "out").glob("form.png.json"), *(tmp_path / "review").glob("*/form.png.json")]
+    outputs = _read_results(tmp_path)
     assert len(outputs) == 1 and not list((tmp_path / "failed").glob("*.json"))
     page = json.loads(outputs[0].read_text())["pages"][0]
     cascade = page["engine_details"]["cascade"]
@@ -180,21 +187,20 @@ def test_a_vlm_that_kills_its_worker_costs_the_second_reading_not_the_document(t
 def test_after_three_documents_in_a_row_lose_their_worker_the_vlm_is_left_out(tmp_path: Path) -> None:
     config = _config(tmp_path, "always")
     with DaemonThread(config, fakes.unsure_engine_with_aborting_vlm) as running:
-        (tmp_path / "in").mkdir(exist_ok=True)
         control = Control(running.daemon)
 
         def fallbacks() -> float:
             return control.status().vlm_decoding.get("fallbacks", 0)
 
         for index in range(4):  # one after the other, each a different file
-            (tmp_path / "in" / f"form{index}.png").write_bytes(png_bytes(size=(330 + 10 * index, 200)))
+            _drop(tmp_path, f"form{index}.png", size=(330 + 10 * index, 200))
             assert wait_for(lambda done=index + 1: fallbacks() >= done, timeout=60)
         restarts = running.daemon.stats.worker_restarts
         status = control.status()
     assert status.vlm_disabled is not None and status.vlm_disabled.startswith("VLM disabled until restart")
     assert convert.status(status).vlm_disabled == status.vlm_disabled
     assert restarts == 3  # the fourth document never reached the VLM
-    results = sorted([*(tmp_path / "out").glob("form*.json"), *(tmp_path / "review").glob("*/form*.json")])
+    results = _read_results(tmp_path)
     assert len(results) == 4
     last = json.loads(next(path for path in results if path.name == "form3.png.json").read_text())
     assert last["pages"][0]["engine_details"]["cascade"]["error"].startswith(

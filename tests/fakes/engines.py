@@ -146,9 +146,9 @@ class FakeVlmReader:
 
     `outcome` is "ok", "crash" (raises), "abort" (kills its process, as a native crash in
     llama.cpp does), "timeout", "repetition" or "max_tokens" (a stopped generation, as the vlm_gguf
-    engine reports it). It records the hint and image size it was
-    given. `answers` maps a hint to the lines written for it (None: that read crashes), for
-    line-by-line reads; other hints get `lines`.
+    engine reports it). It records the hint and image size it was given. `answers` maps a hint to
+    the lines written for it (None: that read crashes), for line-by-line reads; other hints get
+    `lines`.
     """
 
     name = "vlm_gguf"
