@@ -6,7 +6,10 @@ aborted ("free(): invalid pointer") on its first page even with llama_cpp import
 crashes cannot be caught in-process, so every variant runs in a child process of its own and only
 its exit status and last lines come back:
 
-    PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [VARIANT ...]
+    PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [--gdb] [VARIANT ...]
+
+With --gdb (where gdb is installed) each child runs under gdb, which prints the native stack of a
+crash; without it PYTHONFAULTHANDLER=1 in a variant prints the Python stack.
 
 A VARIANT is a comma-separated list of steps, optionally after environment assignments separated by
 spaces: "numpy,llama,load" or "PYTHONFAULTHANDLER=1 llama,cv2,engine". Without variants the default
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,6 +153,9 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     env, steps = parse_variant(variant)
     command = [sys.executable, str(Path(__file__).resolve()), "--model-dir", str(args.model_dir)]
     command += ["--model", args.model, "--device", args.device, "--child", ",".join(steps)]
+    debugger = shutil.which("gdb") if args.gdb else None
+    if debugger:  # the native stack of a crash; gdb exits 0 whatever happened, so its report is read
+        command = [debugger, "-q", "-batch", "-ex", "run", "-ex", "bt 40", "--args", *command]
     started = time.perf_counter()
     try:
         environment = {**os.environ, **env}
@@ -156,6 +163,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             command, env=environment, capture_output=True, text=True, timeout=args.timeout, check=False
         )
         code, output = done.returncode, done.stdout + done.stderr
+        if debugger and "received signal" in output:
+            code = -int(getattr(signal, output.split("received signal ")[1].split(",")[0], 0) or 1)
     except subprocess.TimeoutExpired as expired:
         partial = b"".join(part for part in (expired.stdout, expired.stderr) if isinstance(part, bytes))
         code, output = None, f"{partial.decode(errors='replace')}\ntimed out after {args.timeout} s"
@@ -188,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--tail", type=int, default=8, help="last lines of a variant's output shown")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
+    parser.add_argument("--gdb", action="store_true", help="run each variant under gdb (if installed)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
