@@ -29,6 +29,13 @@ Steps:
   engine_hint                  the same with a text hint to draft from (the cascade's path)
   no_cv2                       put a stand-in `cv2` (BGR->RGB only) in place, so `engine` loads no OpenCV
   no_gpu_memory                the engine never asks ggml for the devices' memory (a path only a GPU takes)
+  cv2info                      which OpenCV: its file, version, parallel framework, OpenCL, IPP, LAPACK
+  cv2op                        OpenCV's first work: BGR->RGB and an area resize of a 1540x1100 page
+  cv2_no_opencl                cv2.ocl.setUseOpenCL(False) before any OpenCV work
+  ocl                          ask OpenCV whether OpenCL is there (loads the OpenCL runtime if any)
+
+--native-trace compiles bench/native_trace.c (needs a C compiler) and preloads it into every child:
+a SIGABRT or SIGSEGV then prints the native stack, which PYTHONFAULTHANDLER cannot.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -96,6 +104,29 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = 
             from appliance.engines.vlm_gguf import runtime
 
             runtime.gpu_memory_used = lambda: None
+        elif step == "cv2info":
+            import cv2
+
+            build = cv2.getBuildInformation().splitlines()
+            wanted = ("Parallel framework", "OpenCL:", "Intel IPP:", "Lapack", "Version control")
+            print(cv2.__version__, cv2.__file__, flush=True)
+            print("\n".join(line.strip() for line in build if line.strip().startswith(wanted)), flush=True)
+        elif step == "cv2op":
+            import cv2
+            import numpy as np
+
+            pixels = np.random.default_rng(0).integers(0, 255, (1100, 1540, 3), dtype=np.uint8)
+            rgb = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+            small = cv2.resize(rgb, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+            print(f"cv2 work done: {small.shape}", flush=True)
+        elif step == "cv2_no_opencl":
+            import cv2
+
+            cv2.ocl.setUseOpenCL(False)
+        elif step == "ocl":
+            import cv2
+
+            print(f"OpenCL there: {cv2.ocl.haveOpenCL()}, used: {cv2.ocl.useOpenCL()}", flush=True)
         elif step == "maps":
             maps = Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
             print("\n".join(sorted({line.split()[-1] for line in maps if ".so" in line})), flush=True)
@@ -159,6 +190,8 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         environment = {**os.environ, **env}
+        if args.preload:
+            environment["LD_PRELOAD"] = " ".join(filter(None, [args.preload, environment.get("LD_PRELOAD")]))
         done = subprocess.run(
             command, env=environment, capture_output=True, text=True, timeout=args.timeout, check=False
         )
@@ -177,6 +210,15 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 1),
         "tail": output.strip().splitlines()[-args.tail :],
     }
+
+
+def _build_native_trace() -> str:
+    """Compile bench/native_trace.c into a temporary shared library; its path."""
+    source = Path(__file__).resolve().parent / "native_trace.c"
+    library = Path(tempfile.mkdtemp(prefix="native-trace-")) / "native_trace.so"
+    compiler = shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(source)], check=True)
+    return str(library)
 
 
 def _exit_name(code: int) -> str:
@@ -198,11 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", type=int, default=8, help="last lines of a variant's output shown")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
     parser.add_argument("--gdb", action="store_true", help="run each variant under gdb (if installed)")
+    parser.add_argument("--native-trace", action="store_true", help="preload bench/native_trace.c")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         run_steps(args.child.split(","), args.model_dir, args.model, args.device)
         return 0
+    args.preload = _build_native_trace() if args.native_trace else None
     results = []
     for variant in args.variants or DEFAULT_VARIANTS:
         result = run_variant(variant, args)
