@@ -19,7 +19,8 @@ manifest.json for the `engine` step (`python -m quantize.gguf manifest`).
 Steps:
   numpy, cv2, pydantic, yaml   import that package now
   llama                        import llama_cpp (dlopens libggml*, libllama, libmtmd)
-  appliance                    import the appliance package (a CUDA build: llama_cpp first, llama_preload.py)
+  appliance                    import the appliance package (CUDA build: libstdc++ made global first)
+  stdcxx_global                load (or promote) libstdc++ RTLD_GLOBAL, as llama_preload does
   runtime                      import the engine's runtime (also llama_backend_init)
   faulthandler                 Python stack on a native crash
   maps                         list the shared libraries mapped so far
@@ -98,6 +99,10 @@ def run_steps(steps: list[str], model_dir: Path, model_name: str, device: str = 
             import appliance  # noqa: F401
         elif step == "runtime":
             from appliance.engines.vlm_gguf import runtime  # its import runs llama_backend_init
+        elif step == "stdcxx_global":
+            import ctypes
+
+            ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_GLOBAL | os.RTLD_NOW)
         elif step == "no_cv2":
             _stand_in_cv2()
         elif step == "no_gpu_memory":

@@ -1,7 +1,11 @@
-"""The vlm_gguf engine end to end on tiny real-architecture GGUF models, on the CPU with one thread."""
+"""The vlm_gguf engine end to end on tiny real-architecture GGUF models, on the CPU with one thread.
+
+OCR_APPLIANCE_TEST_VLM_DEVICE=gpu runs the same tests fully offloaded (a CUDA build of llama.cpp).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from appliance.pipeline.cascade import Cascade
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
 FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl", "lightonocr")
+DEVICE = os.environ.get("OCR_APPLIANCE_TEST_VLM_DEVICE", "cpu")
 
 
 def _page(seed: int) -> np.ndarray:
@@ -28,7 +33,7 @@ def _page(seed: int) -> np.ndarray:
 def _engine(family: str, model_dir: Path | None = None, **settings: Any) -> VlmGgufEngine:
     values: dict[str, Any] = {
         "model_dir": model_dir or FIXTURES / family,
-        "device": "cpu",
+        "device": DEVICE,
         "threads": 1,
         "image_max_side": 128,
         "max_tokens_per_page": 48,
@@ -67,7 +72,7 @@ def test_a_page_is_read_end_to_end(reference: tuple[str, list[int], str]) -> Non
         assert all(line.engine == "vlm_gguf" for line in page.lines)
         description = engine.describe()
         assert description["models"]["model"]["quantization"] == "F32"
-        assert description["memory_plan"]["n_gpu_layers"] == 0
+        assert (description["memory_plan"]["n_gpu_layers"] > 0) == (DEVICE == "gpu")
     finally:
         engine.close()
     # The image matters: another page gives other tokens (the vision path is really used).
