@@ -34,9 +34,11 @@ def test_every_row_is_its_own_tokens_logits_across_batches() -> None:
         finally:
             context.close()
         # The same batches fed asking only for the last row give the same numbers (to rounding:
-        # the output layer runs on 32 rows or on one), and neighbouring rows are far apart.
-        np.testing.assert_allclose(rows[31], _last_row(model, tokens[:32]), atol=1e-4)
-        np.testing.assert_allclose(rows[49], _last_row(model, tokens), atol=1e-4)
+        # the output layer runs on 32 rows or on one; a CUDA build sends the 32-row product to the
+        # GPU even with no layer offloaded, 5e-3 apart on an H200), and neighbouring rows are far apart.
+        tolerance = 2e-2 if runtime.supports_gpu() else 1e-4
+        np.testing.assert_allclose(rows[31], _last_row(model, tokens[:32]), atol=tolerance)
+        np.testing.assert_allclose(rows[49], _last_row(model, tokens), atol=tolerance)
         assert np.abs(rows[30] - rows[31]).max() > 0.1
     finally:
         model.close()
