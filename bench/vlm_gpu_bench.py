@@ -132,9 +132,10 @@ class Scripted(ForcedLength):
     """A target that pays the model's real cost for every append but writes a given token sequence.
 
     A random-weight model falls into repeating one token, which any n-gram lookup drafts
-    perfectly; real pages do not. Here the logits rows the model returned are replaced by rows whose
-    argmax is the script's next token, so drafting meets text-like output (words repeat, n-grams
-    recur, a corrupted hint misleads) while every forward pass still runs on the GPU.
+    perfectly; real pages do not. Here each logits row the model returned is steered, in place, so
+    that its argmax is the script's next token, so drafting meets text-like output (words repeat,
+    n-grams recur, a corrupted hint misleads) while every forward pass still runs on the GPU and the
+    loop still works on the model's own 152k-entry rows (a softmax over them per written token).
     """
 
     def __init__(self, context: Any, script: Sequence[int], n_vocab: int) -> None:
@@ -143,14 +144,15 @@ class Scripted(ForcedLength):
         self._n_vocab = n_vocab
         self._fed = 0  # generated tokens appended so far (not counting rewound ones)
 
-    def row(self, index: int) -> np.ndarray:
-        row = np.zeros(self._n_vocab, dtype=np.float32)
-        row[self._script[min(index, len(self._script) - 1)]] = 1.0
+    def steer(self, row: np.ndarray, index: int) -> np.ndarray:
+        """The row with the script's token `index` raised just above the row's maximum."""
+        row[self._script[min(index, len(self._script) - 1)]] = row.max() + 1.0
         return row
 
     def append(self, tokens: Sequence[int]) -> np.ndarray:
-        super().append(tokens)
-        rows = np.stack([self.row(self._fed + index + 1) for index in range(len(tokens))])
+        rows = super().append(tokens)
+        for index in range(len(tokens)):
+            self.steer(rows[index], self._fed + index + 1)
         self._fed += len(tokens)
         return rows
 
@@ -300,7 +302,7 @@ def measure_one(
             context.seal()
             target = ForcedLength(context) if script is None else Scripted(context, script, model.n_vocab)
             if isinstance(target, Scripted):
-                first = target.row(0)
+                first = target.steer(first.copy(), 0)
             started = time.perf_counter()
             generation = greedy_decode(
                 target, first, max_tokens=args.tokens, draft=draft, policy=DraftPolicy(), costs=costs

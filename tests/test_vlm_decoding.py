@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, _probability, greedy_decode
+from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from tests.fakes.language_model import CyclingModel, MarkovModel
@@ -95,6 +98,32 @@ def test_drafts_stay_short_where_verifying_costs_as_much_as_writing() -> None:
     longer = greedy_decode(model, _start(model), max_tokens=120, draft=HintDraft(hint), policy=policy)
     assert longer.tokens == expected
     assert max(longer.stats.k_history) > 4
+
+
+def test_a_batch_is_timed_without_the_work_of_the_tokens_it_wrote() -> None:
+    """Each written token's own work (probability, stop checks) is paid once however it was drafted:
+    counted in the step it would make a batch dearer the more of its drafts were right."""
+    expected = _plain(max_tokens=30)
+    model = MarkovModel()
+    costs = BatchCosts()
+
+    def slow_stop_check(_tokens: list[int]) -> bool:
+        time.sleep(0.02)  # 20 ms per written token, far above what the toy model's passes take
+        return False
+
+    generation = greedy_decode(
+        model,
+        _start(model),
+        max_tokens=30,
+        draft=HintDraft(expected),
+        should_stop=slow_stop_check,
+        costs=costs,
+    )
+    assert generation.tokens == expected
+    assert generation.stats.accepted > 10
+    timed = costs.medians()
+    assert max(timed) > 2  # batches of several tokens were timed, every draft in them right
+    assert all(milliseconds < 10 for milliseconds in timed.values()), timed
 
 
 def test_a_draft_model_sharing_the_target_is_always_right() -> None:
