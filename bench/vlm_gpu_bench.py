@@ -45,16 +45,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-if "--one" in sys.argv and "--smoke" not in sys.argv:
-    # The measuring process loads llama.cpp's libraries before numpy's: on the H200 machine every
-    # CUDA model load in a process that had imported numpy first died with SIGSEGV inside
-    # llama_model_load_from_file, and none did the other way round (bench/README.md).
-    import llama_cpp  # noqa: F401
-
-import numpy as np
-
 if __package__ in (None, ""):  # run as a script on the GPU machine: the repo root is on PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# The appliance package first: on a CUDA build of llama.cpp it makes libstdc++ global before numpy
+# or llama.cpp load (appliance/llama_preload.py; without it a load crashed once numpy was imported).
+import appliance  # noqa: F401, I001
+import numpy as np
 
 ANCHORS = {
     "hunyuan_ocr_rtx4090_vllm_bf16_pages_s": 0.59,

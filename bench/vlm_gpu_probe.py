@@ -2,9 +2,11 @@
 
 On the H200 machine (CUDA build of llama-cpp-python 0.3.36, see bench/README.md) a model load died
 with SIGSEGV in every process that had imported numpy before llama_cpp, and the vlm_gguf engine
-aborted ("free(): invalid pointer") on its first page even with llama_cpp imported first. Native
-crashes cannot be caught in-process, so every variant runs in a child process of its own and only
-its exit status and last lines come back:
+aborted ("free(): invalid pointer") in its first OpenCV call with llama_cpp imported first: both
+because libggml-cuda.so carries and exports its own copy of part of libstdc++ (the step
+`stdcxx_global`, what appliance/llama_preload.py does, cures both). Native crashes cannot be caught
+in-process, so every variant runs in a child process of its own and only its exit status and last
+lines come back:
 
     PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [--gdb] [VARIANT ...]
 
