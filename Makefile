@@ -65,8 +65,8 @@ proto: setup
 		--mypy_out=. --mypy_grpc_out=. appliance/api/v1/appliance.proto
 
 lint: setup
-	$(BIN)/ruff check appliance bench tests
-	$(BIN)/ruff format --check appliance bench tests
+	$(BIN)/ruff check appliance bench tests quantize
+	$(BIN)/ruff format --check appliance bench tests quantize
 	$(BIN)/mypy
 
 bench: setup apt-bench
