@@ -23,7 +23,7 @@ from pathlib import Path
 
 # Set (to anything) to skip this, e.g. to show the crashes it avoids.
 DISABLE_VARIABLE = "OCR_APPLIANCE_NO_LLAMA_PRELOAD"
-# The soname libllama and libggml-cuda are linked against (DT_NEEDED), so dlopen finds the same file.
+# The soname libllama and libmtmd are linked against (DT_NEEDED), so dlopen finds the same file.
 CXX_RUNTIME = "libstdc++.so.6"
 
 
