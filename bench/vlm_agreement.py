@@ -3,9 +3,10 @@
 On F32 models batched verification gives the same argmax as one-token decoding (the tests hold
 this exactly). On quantized weights llama.cpp may round a batch differently from a single token
 (llama.cpp issues #25618, #27407), so a drafted generation can part from the plain one. This
-measures how often and how far, on the CPU, for each fixture family at Q8_0 and Q4_K_M:
+measures how often and how far, for each fixture family at Q8_0 and Q4_K_M (on the CPU, or with
+`--device gpu` fully offloaded on a CUDA build, where batches take other kernels than one token):
 
-    .venv/bin/python -m bench.vlm_agreement [--pages 20] [--tokens 64] [--json OUT]
+    .venv/bin/python -m bench.vlm_agreement [--pages 20] [--tokens 64] [--device cpu|gpu] [--json OUT]
 
 For each page: the plain greedy tokens; then the same page drafted from those very tokens (every
 draft right: the longest verification batches) and from the family's draft model. Reported: pages
@@ -54,12 +55,12 @@ def _model_set(family: str, quant: str, work: Path) -> Path:
     return folder
 
 
-def _engine(folder: Path, source: str, tokens: int) -> VlmGgufEngine:
+def _engine(folder: Path, source: str, tokens: int, device: str) -> VlmGgufEngine:
     return VlmGgufEngine(
         VlmGgufConfig.model_validate(
             {
                 "model_dir": folder,
-                "device": "cpu",
+                "device": device,
                 "threads": 1,
                 "image_max_side": 128,
                 "max_tokens_per_page": tokens,
@@ -79,11 +80,13 @@ def _prefix_share(first: list[int], second: list[int]) -> float:
     return same / max(len(first), 1)
 
 
-def measure(family: str, quant: str, pages: int, tokens: int, work: Path) -> dict[str, Any]:
+def measure(
+    family: str, quant: str, pages: int, tokens: int, work: Path, *, device: str = "cpu"
+) -> dict[str, Any]:
     folder = _model_set(family, quant, work)
-    plain_engine = _engine(folder, "none", tokens)
-    hinted = _engine(folder, "ocr_hint", tokens)
-    drafted = _engine(folder, "model", tokens)
+    plain_engine = _engine(folder, "none", tokens, device)
+    hinted = _engine(folder, "ocr_hint", tokens, device)
+    drafted = _engine(folder, "model", tokens, device)
     rows: dict[str, list[tuple[bool, float, float]]] = {"own_tokens": [], "draft_model": []}
     acceptance: dict[str, list[float]] = {"own_tokens": [], "draft_model": []}
     try:
@@ -105,7 +108,13 @@ def measure(family: str, quant: str, pages: int, tokens: int, work: Path) -> dic
     finally:
         for engine in (plain_engine, hinted, drafted):
             engine.close()
-    summary: dict[str, Any] = {"family": family, "quant": quant, "pages": pages, "tokens": tokens}
+    summary: dict[str, Any] = {
+        "family": family,
+        "quant": quant,
+        "pages": pages,
+        "tokens": tokens,
+        "device": device,
+    }
     for name, values in rows.items():
         summary[name] = {
             "identical_pages": sum(1 for same, _, _ in values if same),
@@ -120,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     results = []
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for family in FAMILIES:
             for quant in QUANTS:
-                summary = measure(family, quant, args.pages, args.tokens, Path(work))
+                summary = measure(family, quant, args.pages, args.tokens, Path(work), device=args.device)
                 results.append(summary)
                 for name in ("own_tokens", "draft_model"):
                     row = summary[name]
