@@ -194,10 +194,12 @@ def test_probabilities_are_the_softmax_of_the_chosen_token() -> None:
     assert generation.probabilities[0] == pytest.approx(weights.max() / weights.sum())
 
 
+@pytest.mark.parametrize("offset", [0.0, -80.0, 70.0])
 @pytest.mark.parametrize("scale", [0.0, 1.0, 4.0, 30.0])
-def test_probability_in_float32_agrees_with_a_float64_softmax(scale: float) -> None:
-    # A real vocabulary's width; flat, ordinary, peaked and very peaked rows.
-    row = (np.random.default_rng(7).standard_normal(151_936) * scale).astype(np.float32)
+def test_probability_in_float32_agrees_with_a_float64_softmax(scale: float, offset: float) -> None:
+    # A real vocabulary's width; flat, ordinary, peaked and very peaked rows, also far from zero
+    # (the rows that must be shifted by their maximum first).
+    row = (np.random.default_rng(7).standard_normal(151_936) * scale + offset).astype(np.float32)
     row[4321] += 12.0
     weights = np.exp(row.astype(np.float64) - row.max())
     for token in (4321, int(np.argmin(row)), 17):
