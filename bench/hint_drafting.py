@@ -1,0 +1,240 @@
+"""What drafting from the ONNX engine's real text would buy a VLM that reads every page right.
+
+Usage: python -m bench.hint_drafting [--cache FILE] [--limit N] [--tokenizer GGUF] DATASET_DIR [...]
+
+The GPU benchmark drafts from a synthetic script corrupted at the measured token rate; this
+drafts from the ONNX engine's own reading of real pages. For every page the "VLM" writes the
+ground truth (a perfect reader, tokenized with --tokenizer), and the engine's draft source for
+text hints (`TextHintDraft`, the one the cascade uses) proposes from the ONNX text, both in the
+geometric line order of bench.hint_rate. Each step verifies the proposal as greedy decoding does
+(drafts kept up to the first wrong one, plus the token the model writes itself), so this counts
+exactly the steps and batch sizes a decode of that page would take; no model runs.
+
+Reported per set, for fixed draft lengths and for the engine's rule (draft_length.py): acceptance,
+tokens per step, and the speed relative to no drafting under two cost models of a step over b
+tokens: the H200's measured verification costs (bench/README.md, "VLM on the GPU") and a 2-core
+CPU's (b tokens cost about b), each plus the host's own work per written token (0.23 and 0.1 of
+a one-token step, measured the same way). --cache keeps the ONNX texts of the pages (derived from
+the data: keep the file outside the repository) so later runs skip the OCR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.engines.vlm_gguf.draft_length import DraftLength
+from appliance.engines.vlm_gguf.drafts import TextHintDraft
+from bench.hint_rate import DEFAULT_TOKENIZER, page_text
+
+# Verifying k drafts (k + 1 tokens) relative to one token: Q8_0, 8 GB, H200 (bench/README.md).
+H200_VERIFY = (
+    1.0,
+    1.08,
+    1.21,
+    1.28,
+    1.40,
+    1.50,
+    1.61,
+    1.70,
+    2.31,
+    2.44,
+    2.55,
+    2.60,
+    2.63,
+    2.75,
+    2.80,
+    2.86,
+    3.15,
+)
+COST_MODELS: dict[str, tuple[Callable[[int], float], float]] = {
+    # name: (cost of a step over b tokens, host work per written token), in one-token steps
+    "h200": (lambda batch: H200_VERIFY[min(batch, len(H200_VERIFY)) - 1], 0.23),
+    "cpu": (float, 0.1),
+}
+FIXED_K = (1, 2, 4, 6, 8, 12, 16)
+
+
+@dataclass
+class Tally:
+    """Steps and batch sizes of decoding the pages with one draft policy."""
+
+    written: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    batches: list[int] | None = None
+
+    def add(self, other: Tally) -> None:
+        self.written += other.written
+        self.steps += other.steps
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.batches = (self.batches or []) + (other.batches or [])
+
+
+def decode_page(
+    target: Sequence[int],
+    hint: str,
+    piece: Callable[[int], bytes],
+    tokenize: Callable[[str], list[int]],
+    *,
+    choose_k: Callable[[], int] | None,
+    fixed_k: int = 0,
+    observe: Callable[[int, int, int], None] | None = None,
+) -> Tally:
+    """Greedy decoding of `target` (what the model writes) with drafts from `hint`, step by step."""
+    draft = TextHintDraft(hint, piece, tokenize)
+    generated = list(target[:1])  # the first token comes with the prompt's logits
+    tally = Tally(written=len(target), batches=[])
+    while len(generated) < len(target):
+        k = choose_k() if choose_k is not None else fixed_k
+        k = min(k, len(target) - len(generated) - 1)
+        proposal = draft.propose(generated, k) if k > 0 else []
+        accepted = 0
+        for proposed, actual in zip(proposal, target[len(generated) :], strict=False):
+            if proposed != actual:
+                break
+            accepted += 1
+        generated = list(target[: len(generated) + accepted + 1])
+        tally.steps += 1
+        tally.drafted += len(proposal)
+        tally.accepted += accepted
+        assert tally.batches is not None
+        tally.batches.append(1 + len(proposal))
+        if observe is not None:
+            observe(len(proposal), accepted, 1 + len(proposal))
+    return tally
+
+
+def speed(tally: Tally, model: str) -> float:
+    """Tokens per unit of time relative to decoding one token a step, under a cost model."""
+    cost, per_token = COST_MODELS[model]
+    drafted_time = sum(cost(batch) for batch in tally.batches or []) + per_token * tally.written
+    plain_time = (cost(1) + per_token) * tally.written
+    return plain_time / drafted_time if drafted_time else 1.0
+
+
+def run_policies(pages: list[dict[str, str]], piece: Any, tokenize: Any) -> dict[str, dict[str, Tally]]:
+    """Every policy over every page: {policy: {cost model: tally}} (fixed k ignores the model)."""
+    results: dict[str, dict[str, Tally]] = {}
+    for k in FIXED_K:
+        total = Tally(batches=[])
+        for page in pages:
+            target = tokenize(page["gt"])
+            total.add(decode_page(target, page["hint"], piece, tokenize, choose_k=None, fixed_k=k))
+        results[f"k={k}"] = dict.fromkeys(COST_MODELS, total)
+    results["rule"] = {}
+    for model, (cost, _) in COST_MODELS.items():
+        total = Tally(batches=[])
+        for page in pages:
+            total.add(_decode_with_rule(page, piece, tokenize, cost))
+        results["rule"][model] = total
+    return results
+
+
+def _decode_with_rule(page: dict[str, str], piece: Any, tokenize: Any, cost: Callable[[int], float]) -> Tally:
+    """One page with the engine's draft-length rule, learning acceptance anew as a page does."""
+    lengths = DraftLength(4, 1, 16, batch_cost=cost)
+
+    def observe(proposed: int, accepted: int, batch: int) -> None:
+        lengths.observe(proposed, accepted, batch, cost(batch))
+
+    target = tokenize(page["gt"])
+    return decode_page(target, page["hint"], piece, tokenize, choose_k=lambda: lengths.k, observe=observe)
+
+
+def read_pages(
+    datasets: list[Path], limit: int | None, config_path: Path | None
+) -> dict[str, list[dict[str, str]]]:
+    """Each set's pages as {"gt": text, "hint": the ONNX engine's text}, in geometric order."""
+    from appliance.config import AppConfig, load_config
+    from appliance.engines.factory import build_engine
+    from appliance.pipeline.process import DocumentProcessor
+    from appliance.pipeline.rasterize import Rasterizer
+    from bench.ocr_bench import load_dataset, run_ours
+
+    config = load_config(config_path) if config_path else AppConfig()
+    engine = build_engine(config.engine)
+    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
+    sets: dict[str, list[dict[str, str]]] = {}
+    try:
+        for folder in datasets:
+            pages, case_insensitive = load_dataset(folder, limit)
+            sets[folder.name] = []
+            for page in pages:
+                lines, _ = run_ours(processor, page.image)
+                sets[folder.name].append(
+                    {
+                        "gt": page_text(page.lines, case_insensitive),
+                        "hint": page_text(lines, case_insensitive),
+                    }
+                )
+    finally:
+        engine.close()
+    return sets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.hint_drafting", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("datasets", nargs="*", type=Path)
+    parser.add_argument(
+        "--cache", type=Path, help="JSON of the pages' texts: read if it exists, else written"
+    )
+    parser.add_argument("--limit", type=int, help="only the first N pages of each set")
+    parser.add_argument("--config", type=Path, help="appliance YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--tokenizer", type=Path, default=DEFAULT_TOKENIZER, help="GGUF whose vocabulary is used"
+    )
+    parser.add_argument("--json", type=Path, dest="json_out")
+    args = parser.parse_args(argv)
+    if args.cache and args.cache.exists():
+        sets = json.loads(args.cache.read_text(encoding="utf-8"))
+    else:
+        if not args.datasets:
+            parser.error("give DATASET_DIR(s), or a --cache written by an earlier run")
+        sets = read_pages(args.datasets, args.limit, args.config)
+        if args.cache:
+            args.cache.write_text(json.dumps(sets, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    from appliance.engines.vlm_gguf.runtime import TextModel
+
+    tokenizer = TextModel(args.tokenizer, n_gpu_layers=0, vocab_only=True)
+    report: dict[str, Any] = {"tokenizer": str(args.tokenizer), "sets": {}}
+    try:
+        for name, pages in sets.items():
+            results = run_policies(pages, tokenizer.piece, tokenizer.tokenize)
+            rows = {}
+            print(f"{name}: {len(pages)} pages")
+            print(f"  {'policy':<6} {'accept':>7} {'tok/step':>8} {'H200 x':>7} {'CPU x':>6}")
+            for policy, by_model in results.items():
+                tally = by_model["h200"]
+                acceptance = tally.accepted / tally.drafted if tally.drafted else 0.0
+                row = {
+                    "acceptance": round(acceptance, 4),
+                    "tokens_per_step": round(tally.written / max(tally.steps, 1), 3),
+                    "speedup_h200": round(speed(by_model["h200"], "h200"), 3),
+                    "speedup_cpu": round(speed(by_model["cpu"], "cpu"), 3),
+                }
+                rows[policy] = row
+                print(
+                    f"  {policy:<6} {row['acceptance']:>7.3f} {row['tokens_per_step']:>8.2f}"
+                    f" {row['speedup_h200']:>7.2f} {row['speedup_cpu']:>6.2f}"
+                )
+            report["sets"][name] = {"pages": len(pages), "policies": rows}
+    finally:
+        tokenizer.close()
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
