@@ -244,3 +244,23 @@ def test_text_hint_drops_a_token_cut_by_the_fragment_end() -> None:
     draft = TextHintDraft(hint, lambda token: b"", pairs)
     proposal = draft.propose([], 2)
     assert proposal == [ord("A") * 1000 + ord("B")] * 2
+
+
+def test_text_hint_resumes_right_after_the_model_corrects_a_misread() -> None:
+    hint = "SUBTOTAL 12.50\nTAX 1.00\nT0TAL 13.50\nCASH 20.00"  # the ONNX engine read 0 for O
+    draft = TextHintDraft(hint, lambda token: chr(token).encode(), _chars)
+    assert draft.propose(_chars("SUBTOTAL 12.50\nTAX 1.00\nT"), 2) == _chars("0T")
+    # The model writes "O", which is nowhere near in the hint: nothing to propose yet.
+    assert draft.propose(_chars("SUBTOTAL 12.50\nTAX 1.00\nTO"), 4) == []
+    # Two letters later no long tail of the generation is in the hint either (each holds the "O"),
+    # but "TA" is, right where the hint should stand: drafting resumes inside the word.
+    assert draft.propose(_chars("SUBTOTAL 12.50\nTAX 1.00\nTOTA"), 4) == _chars("L 13")
+    assert draft.propose(_chars("SUBTOTAL 12.50\nTAX 1.00\nTOTAL 13"), 3) == _chars(".50")
+
+
+def test_text_hint_ignores_a_short_match_far_from_where_the_hint_should_be() -> None:
+    hint = "INVOICE 2291\nITEM A 10.00\nITEM B 20.00\nTOTAL 30.00\nTHANK YOU QZ7 END"
+    draft = TextHintDraft(hint, lambda token: chr(token).encode(), _chars)
+    assert draft.propose(_chars("INVOICE 2291\nIT"), 2) == _chars("EM")
+    # The model leaves the hint ("QZ" is in it, but at its far end): nothing is proposed.
+    assert draft.propose(_chars("INVOICE 2291\nITQZ"), 4) == []

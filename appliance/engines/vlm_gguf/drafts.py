@@ -131,6 +131,13 @@ class TextHintDraft:
     then finds nothing, though the text agrees. Here the generated text's tail is found in the hint
     (near where the last match ended) and the hint text after it is tokenized afresh, so the
     proposal starts exactly where the generation stands.
+
+    Where the model corrects a misread ("TOTAL" where the hint says "T0TAL"), no long tail matches
+    until the generation is past the misread by the shortest tail. Then a short tail of the newest
+    text is looked up only close to where the hint should stand (as far past the last match as the
+    generation is): most misreads swap a few characters for as many others, so drafting resumes a
+    token after the correction. Measured with `python -m bench.hint_drafting` on the ONNX engine's
+    text of real receipts, this raised the tokens written per forward pass from 2.65 to 4.13.
     """
 
     name = "ocr_hint"
@@ -140,15 +147,21 @@ class TextHintDraft:
         hint: str,
         piece: Callable[[int], bytes],
         tokenize: Callable[[str], list[int]],
+        *,
         tails: tuple[int, ...] = (48, 24, 12, 6),
+        near_tails: tuple[int, ...] = (4, 2),
+        near: int = 8,
     ) -> None:
         self._hint = hint.encode("utf-8")
         self._piece = piece
         self._tokenize = tokenize
         self._tails = tails
+        self._near_tails = near_tails  # looked up only within `near` bytes of the expected position
+        self._near = near
         self._text = bytearray()  # the generated text so far (generation only ever grows)
         self._seen = 0  # generated tokens already spelled into _text
         self._cursor = 0  # hint byte offset just after the last aligned tail
+        self._cursor_text = 0  # length of the generated text when that tail was aligned
 
     def _catch_up(self, generated: Sequence[int]) -> None:
         for token in generated[self._seen :]:
@@ -169,7 +182,30 @@ class TextHintDraft:
                 found = self._hint.find(tail)
             if found >= 0:
                 self._cursor = found + len(tail)
+                self._cursor_text = len(self._text)
                 return self._cursor
+        return self._near_position() if self._cursor_text else None
+
+    def _near_position(self) -> int | None:
+        """Where a short tail of the text matches nearest the expected hint offset, if close to it.
+
+        Short tails are ambiguous over a whole hint, so they are looked up only within `near` bytes
+        of the expected offset; the long tails' cursor stays where it was until one of them matches.
+        """
+        expected = self._cursor + len(self._text) - self._cursor_text
+        for length in self._near_tails:
+            tail = bytes(self._text[-length:])
+            if len(tail) < length:
+                continue
+            start = max(0, expected - length - self._near)
+            region = self._hint[start : expected + self._near]
+            ends = []
+            index = region.find(tail)
+            while index >= 0:
+                ends.append(start + index + length)
+                index = region.find(tail, index + 1)
+            if ends:
+                return min(ends, key=lambda end: abs(end - expected))
         return None
 
     def propose(self, generated: Sequence[int], k: int) -> list[int]:
