@@ -4,7 +4,7 @@ Usage (on the GPU machine, after ../shared/gpu/build-llama-cuda.sh; see bench/RE
 
     PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_bench.py --model-dir DIR [--quant Q8_0 --quant Q4_K_M]
         [--budget 8192 --budget 16384] [--tokens 1000] [--hint-rate R | --hint-rate-json FILE]
-        [--out DIR] [--smoke]
+        [--hint-char-rate C] [--out DIR] [--smoke]
 
 DIR holds model-QUANT.gguf and mmproj-f16.gguf (bench/vlm_random_model.py writes them). Each quant
 x budget runs in its own process, so its peak VRAM (nvidia-smi, polled every 20 ms, minus the
@@ -24,6 +24,10 @@ decoding loop (appliance.engines.vlm_gguf), with the LightOnOCR profile's image 
   draft is right: the upper bound) and from that output corrupted at rate R (each token replaced,
   dropped or followed by a random one, 2:1:1), with the engine's default DraftPolicy and, as the
   engine, one memory of batch costs over the runs (each run starts from what the ones before timed);
+- text hint (with --hint-char-rate C): the cascade's own draft path, `TextHintDraft`, on receipt-
+  like text the model is made to write, drafted from a copy whose characters are corrupted at rate
+  C (replaced, dropped or followed by a stray one, 2:1:1; line breaks kept), against the same text
+  written without drafts;
 - pages/s at 600 and 1000 tokens per page: 1 / (encode + prompt prefill + tokens / decode rate).
 
 `--smoke` runs the same code on a CPU build with small shapes, few tokens and no VRAM polling.
@@ -53,6 +57,14 @@ if __package__ in (None, ""):  # run as a script on the GPU machine: the repo ro
 import appliance  # noqa: F401, I001
 import numpy as np
 
+SPECULATION_RUNS = (
+    "hint_100",
+    "script_no_draft",
+    "script_hint_100",
+    "script_hint_corrupted",
+    "text_no_draft",
+    "text_hint_corrupted",
+)
 ANCHORS = {
     "hunyuan_ocr_rtx4090_vllm_bf16_pages_s": 0.59,
     "hunyuan_ocr_rtx4090_vllm_bf16_tok_s": 393,
@@ -202,6 +214,45 @@ def corrupt(tokens: Sequence[int], rate: float, n_vocab: int, seed: int = 0) -> 
     return out
 
 
+def text_like_text(seed: int = 0, words: int = 4000) -> str:
+    """Receipt-like text: Zipf-distributed words and amounts, a line break every few words."""
+    rng = np.random.default_rng(seed)
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    vocabulary = ["".join(rng.choice(list(letters), int(rng.integers(2, 9)))) for _ in range(600)] + [
+        f"{rng.integers(0, 1000)}.{rng.integers(0, 100):02d}" for _ in range(200)
+    ]
+    ranks = np.arange(1, len(vocabulary) + 1)
+    weights = 1.0 / ranks**1.1
+    weights /= weights.sum()
+    chosen = rng.choice(len(vocabulary), size=words, p=weights)
+    lines, line = [], []
+    for index in chosen:
+        line.append(vocabulary[int(index)])
+        if len(line) >= int(rng.integers(3, 7)):
+            lines.append(" ".join(line))
+            line = []
+    return "\n".join(lines)
+
+
+def corrupt_text(text: str, rate: float, seed: int = 0) -> str:
+    """Text with a fraction `rate` of its characters replaced, dropped or followed by a stray one (2:1:1)."""
+    rng = random.Random(seed)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    out: list[str] = []
+    for char in text:
+        if char == "\n" or rng.random() >= rate:  # line breaks come from the layout, not misreads
+            out.append(char)
+            continue
+        kind = rng.random()
+        if kind < 0.5:
+            out.append(rng.choice(alphabet))
+        elif kind < 0.75:
+            continue
+        else:
+            out.extend((char, rng.choice(alphabet)))
+    return "".join(out)
+
+
 def _timed(action: Callable[[], Any]) -> float:
     started = time.perf_counter()
     action()
@@ -237,7 +288,7 @@ def measure_one(
     from appliance.engines.vlm_gguf import memory, runtime
     from appliance.engines.vlm_gguf.decoding import DraftPolicy, greedy_decode
     from appliance.engines.vlm_gguf.draft_length import BatchCosts
-    from appliance.engines.vlm_gguf.drafts import HintDraft
+    from appliance.engines.vlm_gguf.drafts import HintDraft, TextHintDraft
     from appliance.engines.vlm_gguf.profiles import profile_for
 
     model_path = args.model_dir / f"model-{quant}.gguf"
@@ -360,6 +411,33 @@ def measure_one(
             }
             stage(name)
 
+        # (c) the cascade's own draft path: text the model is made to write, drafted by
+        # TextHintDraft from a copy whose characters are corrupted at the ONNX engine's measured
+        # character rate (bench.hint_rate), as the ONNX text of a page is.
+        if args.hint_char_rate is not None:
+            text = text_like_text()
+            written = model.tokenize(text)[: args.tokens + 1]
+            shown = b"".join(model.piece(token) for token in written).decode("utf-8", errors="replace")
+            hint_text = corrupt_text(shown, args.hint_char_rate)
+            result["hint_char_rate"] = args.hint_char_rate
+            text_runs = {"text_no_draft": None, "text_hint_corrupted": hint_text}
+            for name, hint_value in text_runs.items():
+                source = None
+                if hint_value is not None:
+                    source = TextHintDraft(hint_value, model.piece, model.tokenize)
+                tokens, stats, seconds = decode(source, written)
+                same = sum(1 for a, b in zip(tokens, written, strict=False) if a == b)
+                result[name] = {
+                    "tok_s": round(len(tokens) / seconds, 1),
+                    "acceptance": stats["acceptance_rate"],
+                    "tokens_per_step": stats["tokens_per_step"],
+                    "mean_k": stats["mean_k"],
+                    "draft_disabled_after": stats["draft_disabled_after"],
+                    "same_as_expected": round(same / max(len(written), 1), 4),
+                    "hint_chars": len(hint_value or ""),
+                }
+                stage(name)
+
         # The image side: libmtmd's encoder alone, then the whole page prompt (encode + decode).
         projector = runtime.Projector(mmproj_path, model, threads, gpu, profile.image_max_tokens)
         stage("projector loaded")
@@ -393,11 +471,7 @@ def add_pages_per_s(result: dict[str, Any]) -> None:
         return
     result["page_fixed_s"] = round(fixed_s, 4)
     rates = {"no_draft": result.get("decode_tok_s")}
-    rates |= {
-        name: result[name]["tok_s"]
-        for name in ("hint_100", "script_no_draft", "script_hint_100", "script_hint_corrupted")
-        if name in result
-    }
+    rates |= {name: result[name]["tok_s"] for name in SPECULATION_RUNS if name in result}
     result["pages_per_s"] = {
         name: {str(n): round(1 / (fixed_s + n / rate), 3) for n in PAGE_TOKENS}
         for name, rate in rates.items()
@@ -436,11 +510,15 @@ def print_table(results: list[dict[str, Any]]) -> None:
         print(f"{r['quant']:<7} {r['budget_mib']:>6} {rel}")
     print("\nspeculation (tok/s, acceptance, tokens per forward pass; pages/s at 600 / 1000 tokens):")
     for r in results:
-        for name in ("hint_100", "script_no_draft", "script_hint_100", "script_hint_corrupted"):
+        for name in SPECULATION_RUNS:
             if name not in r:
                 continue
             run, pps = r[name], r.get("pages_per_s", {}).get(name, {})
-            label = f"{name} (r={r['hint_rate']:.3f})" if name.endswith("corrupted") else name
+            label = name
+            if name == "script_hint_corrupted":
+                label = f"{name} (r={r['hint_rate']:.3f})"
+            elif name == "text_hint_corrupted":
+                label = f"{name} (c={r['hint_char_rate']:.3f})"
             print(
                 f"{r['quant']:<7} {r['budget_mib']:>6} {label:<32} {run['tok_s']:>7.1f} tok/s"
                 f"  acc {_cell(run['acceptance'], '.3f')}  {run['tokens_per_step']} tok/step"
@@ -465,6 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-size", type=int, nargs=2, default=(1540, 1100), metavar=("W", "H"))
     parser.add_argument("--hint-rate", type=float, help="token disagreement rate of the corrupted hint")
     parser.add_argument("--hint-rate-json", type=Path, help="bench.hint_rate output: its all.token_rate")
+    parser.add_argument(
+        "--hint-char-rate",
+        type=float,
+        help="character error rate of the text hint (bench.hint_rate's char_rate); runs the text-hint pair",
+    )
     parser.add_argument("--out", type=Path, help="folder for vlm_gpu_bench.json")
     parser.add_argument("--smoke", action="store_true", help="CPU check: few tokens, one repeat")
     parser.add_argument("--one", nargs=3, metavar=("QUANT", "BUDGET", "JSON"), help=argparse.SUPPRESS)
