@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if __package__ in (None, ""):  # run as a script on the GPU machine: the repo root is on PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -57,6 +57,7 @@ if __package__ in (None, ""):  # run as a script on the GPU machine: the repo ro
 import appliance  # noqa: F401, I001
 import numpy as np
 
+T = TypeVar("T")
 SPECULATION_RUNS = (
     "hint_100",
     "script_no_draft",
@@ -174,13 +175,18 @@ def text_like_script(length: int, n_vocab: int, seed: int = 0) -> list[int]:
     """Token ids with the statistics of running text: Zipf-distributed words of 1 to 3 tokens."""
     rng = np.random.default_rng(seed)
     words = [list(rng.integers(1000, n_vocab, int(rng.integers(1, 4)))) for _ in range(3000)]
-    ranks = np.arange(1, len(words) + 1)
-    weights = 1.0 / ranks**1.1
-    weights /= weights.sum()
+    weights = _zipf(len(words))
     script: list[int] = []
     while len(script) < length:
         script.extend(int(t) for t in words[int(rng.choice(len(words), p=weights))])
     return script[:length]
+
+
+def _zipf(count: int) -> np.ndarray:
+    """Word frequencies of running text: the word of rank r is drawn with weight 1 / r^1.1."""
+    weights = 1.0 / np.arange(1, count + 1, dtype=np.float64) ** 1.1
+    weights /= weights.sum()
+    return weights
 
 
 def synthetic_page(width: int, height: int, seed: int = 0) -> np.ndarray:
@@ -198,19 +204,26 @@ def synthetic_page(width: int, height: int, seed: int = 0) -> np.ndarray:
 
 def corrupt(tokens: Sequence[int], rate: float, n_vocab: int, seed: int = 0) -> list[int]:
     """Tokens with a fraction `rate` of them replaced, dropped or followed by a stray token (2:1:1)."""
+    return _misread(tokens, rate, lambda rng: rng.randrange(n_vocab), seed)
+
+
+def _misread(
+    items: Sequence[T], rate: float, stray: Callable[[random.Random], T], seed: int, keep: Sequence[T] = ()
+) -> list[T]:
+    """Items with a fraction `rate` replaced by `stray`, dropped or followed by one (2:1:1); `keep`: never."""
     rng = random.Random(seed)
-    out: list[int] = []
-    for token in tokens:
-        if rng.random() >= rate:
-            out.append(token)
+    out: list[T] = []
+    for item in items:
+        if item in keep or rng.random() >= rate:
+            out.append(item)
             continue
         kind = rng.random()
         if kind < 0.5:
-            out.append(rng.randrange(n_vocab))
+            out.append(stray(rng))
         elif kind < 0.75:
             continue
         else:
-            out.extend((token, rng.randrange(n_vocab)))
+            out.extend((item, stray(rng)))
     return out
 
 
@@ -221,10 +234,7 @@ def text_like_text(seed: int = 0, words: int = 4000) -> str:
     vocabulary = ["".join(rng.choice(list(letters), int(rng.integers(2, 9)))) for _ in range(600)] + [
         f"{rng.integers(0, 1000)}.{rng.integers(0, 100):02d}" for _ in range(200)
     ]
-    ranks = np.arange(1, len(vocabulary) + 1)
-    weights = 1.0 / ranks**1.1
-    weights /= weights.sum()
-    chosen = rng.choice(len(vocabulary), size=words, p=weights)
+    chosen = rng.choice(len(vocabulary), size=words, p=_zipf(len(vocabulary)))
     lines, line = [], []
     for index in chosen:
         line.append(vocabulary[int(index)])
@@ -235,22 +245,12 @@ def text_like_text(seed: int = 0, words: int = 4000) -> str:
 
 
 def corrupt_text(text: str, rate: float, seed: int = 0) -> str:
-    """Text with a fraction `rate` of its characters replaced, dropped or followed by a stray one (2:1:1)."""
-    rng = random.Random(seed)
+    """Text with a fraction `rate` of its characters replaced, dropped or followed by a stray one (2:1:1).
+
+    Line breaks are kept: they come from the page's layout, not from misread characters.
+    """
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    out: list[str] = []
-    for char in text:
-        if char == "\n" or rng.random() >= rate:  # line breaks come from the layout, not misreads
-            out.append(char)
-            continue
-        kind = rng.random()
-        if kind < 0.5:
-            out.append(rng.choice(alphabet))
-        elif kind < 0.75:
-            continue
-        else:
-            out.extend((char, rng.choice(alphabet)))
-    return "".join(out)
+    return "".join(_misread(text, rate, lambda rng: rng.choice(alphabet), seed, keep="\n"))
 
 
 def _timed(action: Callable[[], Any]) -> float:
@@ -397,8 +397,11 @@ def measure_one(
         }
         result["hint_rate"] = args.hint_rate
         result["script_distinct_tokens"] = len(set(script[: args.tokens]))
-        for name, (hint, written, expected) in runs.items():
-            tokens, stats, seconds = decode(HintDraft(hint) if hint else None, written)
+
+        def speculate(
+            name: str, source: Any, written: list[int] | None, expected: list[int], **hint: int
+        ) -> None:
+            tokens, stats, seconds = decode(source, written)
             same = sum(1 for a, b in zip(tokens, expected, strict=False) if a == b)
             result[name] = {
                 "tok_s": round(len(tokens) / seconds, 1),
@@ -407,9 +410,12 @@ def measure_one(
                 "mean_k": stats["mean_k"],
                 "draft_disabled_after": stats["draft_disabled_after"],
                 "same_as_expected": round(same / max(len(expected), 1), 4),
-                "hint_tokens": len(hint),
+                **hint,
             }
             stage(name)
+
+        for name, (hint, written, expected) in runs.items():
+            speculate(name, HintDraft(hint) if hint else None, written, expected, hint_tokens=len(hint))
 
         # (c) the cascade's own draft path: text the model is made to write, drafted by
         # TextHintDraft from a copy whose characters are corrupted at the ONNX engine's measured
@@ -420,23 +426,9 @@ def measure_one(
             shown = b"".join(model.piece(token) for token in written).decode("utf-8", errors="replace")
             hint_text = corrupt_text(shown, args.hint_char_rate)
             result["hint_char_rate"] = args.hint_char_rate
-            text_runs = {"text_no_draft": None, "text_hint_corrupted": hint_text}
-            for name, hint_value in text_runs.items():
-                source = None
-                if hint_value is not None:
-                    source = TextHintDraft(hint_value, model.piece, model.tokenize)
-                tokens, stats, seconds = decode(source, written)
-                same = sum(1 for a, b in zip(tokens, written, strict=False) if a == b)
-                result[name] = {
-                    "tok_s": round(len(tokens) / seconds, 1),
-                    "acceptance": stats["acceptance_rate"],
-                    "tokens_per_step": stats["tokens_per_step"],
-                    "mean_k": stats["mean_k"],
-                    "draft_disabled_after": stats["draft_disabled_after"],
-                    "same_as_expected": round(same / max(len(written), 1), 4),
-                    "hint_chars": len(hint_value or ""),
-                }
-                stage(name)
+            speculate("text_no_draft", None, written, written, hint_chars=0)
+            draft = TextHintDraft(hint_text, model.piece, model.tokenize)
+            speculate("text_hint_corrupted", draft, written, written, hint_chars=len(hint_text))
 
         # The image side: libmtmd's encoder alone, then the whole page prompt (encode + decode).
         projector = runtime.Projector(mmproj_path, model, threads, gpu, profile.image_max_tokens)
