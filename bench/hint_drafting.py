@@ -24,13 +24,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from appliance.engines.vlm_gguf.draft_length import DraftLength
 from appliance.engines.vlm_gguf.drafts import TextHintDraft
-from bench.hint_rate import DEFAULT_TOKENIZER, page_text
+from bench.hint_rate import DEFAULT_TOKENIZER, page_texts
 
 # Verifying k drafts (k + 1 tokens) relative to one token, index k: Q8_0, 8 GB, on an H200, and on
 # this 2-core CPU with the small random model (152k vocabulary, medians of three runs); both from
@@ -61,14 +61,14 @@ class Tally:
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
-    batches: list[int] | None = None
+    batches: list[int] = field(default_factory=list)  # tokens fed per step
 
     def add(self, other: Tally) -> None:
         self.written += other.written
         self.steps += other.steps
         self.drafted += other.drafted
         self.accepted += other.accepted
-        self.batches = (self.batches or []) + (other.batches or [])
+        self.batches += other.batches
 
 
 def decode_page(
@@ -77,17 +77,15 @@ def decode_page(
     piece: Callable[[int], bytes],
     tokenize: Callable[[str], list[int]],
     *,
-    choose_k: Callable[[], int] | None,
-    fixed_k: int = 0,
+    choose_k: Callable[[], int],
     observe: Callable[[int, int, int], None] | None = None,
 ) -> Tally:
     """Greedy decoding of `target` (what the model writes) with drafts from `hint`, step by step."""
     draft = TextHintDraft(hint, piece, tokenize)
     generated = list(target[:1])  # the first token comes with the prompt's logits
-    tally = Tally(written=len(target), batches=[])
+    tally = Tally(written=len(target))
     while len(generated) < len(target):
-        k = choose_k() if choose_k is not None else fixed_k
-        k = min(k, len(target) - len(generated) - 1)
+        k = min(choose_k(), len(target) - len(generated) - 1)
         proposal = draft.propose(generated, k) if k > 0 else []
         accepted = 0
         for proposed, actual in zip(proposal, target[len(generated) :], strict=False):
@@ -98,17 +96,20 @@ def decode_page(
         tally.steps += 1
         tally.drafted += len(proposal)
         tally.accepted += accepted
-        assert tally.batches is not None
         tally.batches.append(1 + len(proposal))
         if observe is not None:
             observe(len(proposal), accepted, 1 + len(proposal))
     return tally
 
 
+def _always(k: int) -> Callable[[], int]:
+    return lambda: k
+
+
 def speed(tally: Tally, model: str) -> float:
     """Tokens per unit of time relative to decoding one token a step, under a cost model."""
     cost, per_token = COST_MODELS[model]
-    drafted_time = sum(cost(batch) for batch in tally.batches or []) + per_token * tally.written
+    drafted_time = sum(cost(batch) for batch in tally.batches) + per_token * tally.written
     plain_time = (cost(1) + per_token) * tally.written
     return plain_time / drafted_time if drafted_time else 1.0
 
@@ -117,14 +118,14 @@ def run_policies(pages: list[dict[str, str]], piece: Any, tokenize: Any) -> dict
     """Every policy over every page: {policy: {cost model: tally}} (fixed k ignores the model)."""
     results: dict[str, dict[str, Tally]] = {}
     for k in FIXED_K:
-        total = Tally(batches=[])
+        total = Tally()
         for page in pages:
             target = tokenize(page["gt"])
-            total.add(decode_page(target, page["hint"], piece, tokenize, choose_k=None, fixed_k=k))
+            total.add(decode_page(target, page["hint"], piece, tokenize, choose_k=_always(k)))
         results[f"k={k}"] = dict.fromkeys(COST_MODELS, total)
     results["rule"] = {}
     for model, (cost, _) in COST_MODELS.items():
-        total = Tally(batches=[])
+        total = Tally()
         for page in pages:
             total.add(_decode_with_rule(page, piece, tokenize, cost))
         results["rule"][model] = total
@@ -140,37 +141,6 @@ def _decode_with_rule(page: dict[str, str], piece: Any, tokenize: Any, cost: Cal
 
     target = tokenize(page["gt"])
     return decode_page(target, page["hint"], piece, tokenize, choose_k=lambda: lengths.k, observe=observe)
-
-
-def read_pages(
-    datasets: list[Path], limit: int | None, config_path: Path | None
-) -> dict[str, list[dict[str, str]]]:
-    """Each set's pages as {"gt": text, "hint": the ONNX engine's text}, in geometric order."""
-    from appliance.config import AppConfig, load_config
-    from appliance.engines.factory import build_engine
-    from appliance.pipeline.process import DocumentProcessor
-    from appliance.pipeline.rasterize import Rasterizer
-    from bench.ocr_bench import load_dataset, run_ours
-
-    config = load_config(config_path) if config_path else AppConfig()
-    engine = build_engine(config.engine)
-    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
-    sets: dict[str, list[dict[str, str]]] = {}
-    try:
-        for folder in datasets:
-            pages, case_insensitive = load_dataset(folder, limit)
-            sets[folder.name] = []
-            for page in pages:
-                lines, _ = run_ours(processor, page.image)
-                sets[folder.name].append(
-                    {
-                        "gt": page_text(page.lines, case_insensitive),
-                        "hint": page_text(lines, case_insensitive),
-                    }
-                )
-    finally:
-        engine.close()
-    return sets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not args.datasets:
             parser.error("give DATASET_DIR(s), or a --cache written by an earlier run")
-        sets = read_pages(args.datasets, args.limit, args.config)
+        sets = page_texts(args.datasets, args.limit, args.config)
         if args.cache:
             args.cache.write_text(json.dumps(sets, ensure_ascii=False) + "\n", encoding="utf-8")
 

@@ -41,6 +41,27 @@ def page_text(lines: list[TextLine], case_insensitive: bool) -> str:
     return text.casefold() if case_insensitive else text
 
 
+def page_texts(
+    datasets: list[Path], limit: int | None = None, config_path: Path | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """Each set's pages as {"gt": its text, "hint": the ONNX engine's text}, both in geometric order."""
+    config = load_config(config_path) if config_path else AppConfig()
+    engine = build_engine(config.engine)
+    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
+    sets: dict[str, list[dict[str, str]]] = {}
+    try:
+        for folder in datasets:
+            pages, case_insensitive = load_dataset(folder, limit)
+            sets[folder.name] = []
+            for page in pages:
+                lines, _ = run_ours(processor, page.image)
+                gt, hint = page_text(page.lines, case_insensitive), page_text(lines, case_insensitive)
+                sets[folder.name].append({"gt": gt, "hint": hint})
+    finally:
+        engine.close()
+    return sets
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hint_rate", description=__doc__.splitlines()[0])
     parser.add_argument("datasets", nargs="+", type=Path)
@@ -52,22 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, dest="json_out", help="write the rates to this file")
     args = parser.parse_args(argv)
 
+    sets = page_texts(args.datasets, args.limit, args.config)
     # llama_cpp loads only here: the ONNX path of the appliance does not need it.
     from appliance.engines.vlm_gguf.runtime import TextModel
 
     tokenizer = TextModel(args.tokenizer, n_gpu_layers=0, vocab_only=True)
-    config = load_config(args.config) if args.config else AppConfig()
-    engine = build_engine(config.engine)
-    processor = DocumentProcessor(engine, Rasterizer(config.rasterize))
     report: dict[str, Any] = {"tokenizer": str(args.tokenizer), "datasets": {}}
     totals = {"token_errors": 0, "gt_tokens": 0, "char_errors": 0, "gt_chars": 0}
-    for folder in args.datasets:
-        pages, case_insensitive = load_dataset(folder, args.limit)
+    for name, pages in sets.items():
         counts = dict.fromkeys(totals, 0)
         for page in pages:
-            lines, _ = run_ours(processor, page.image)
-            gt = page_text(page.lines, case_insensitive)
-            hint = page_text(lines, case_insensitive)
+            gt, hint = page["gt"], page["hint"]
             gt_tokens, hint_tokens = tokenizer.tokenize(gt), tokenizer.tokenize(hint)
             counts["token_errors"] += Levenshtein.distance(gt_tokens, hint_tokens)
             counts["gt_tokens"] += len(gt_tokens)
@@ -75,14 +91,13 @@ def main(argv: list[str] | None = None) -> int:
             counts["gt_chars"] += len(gt)
         for key, value in counts.items():
             totals[key] += value
-        report["datasets"][folder.name] = {
+        report["datasets"][name] = {
             "pages": len(pages),
             **counts,
             "token_rate": counts["token_errors"] / max(counts["gt_tokens"], 1),
             "char_rate": counts["char_errors"] / max(counts["gt_chars"], 1),
         }
-        print(f"{folder.name}: {json.dumps(report['datasets'][folder.name])}", flush=True)
-    engine.close()
+        print(f"{name}: {json.dumps(report['datasets'][name])}", flush=True)
     tokenizer.close()
     report["all"] = {
         **totals,
