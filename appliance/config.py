@@ -362,6 +362,10 @@ class AppConfig(_Strict):
                 )
         return self
 
+    def profile(self, name: str) -> ProfileConfig:
+        """The named profile, or the default one for a name this configuration no longer has."""
+        return self.profiles.get(name, self.profiles["default"])
+
     def formats_for(self, profile: str) -> tuple[OutputFormat, ...]:
         """Result formats of a profile (its own, or the global ones)."""
         return self.profiles[profile].formats or self.outputs.formats

@@ -34,7 +34,7 @@ from watchdog.observers.api import BaseObserver
 
 from appliance import __version__
 from appliance.audit import AuditLog
-from appliance.config import AppConfig, HotFolderConfig, load_config
+from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
 from appliance.control import (
     ControlError,
     DaemonState,
@@ -731,6 +731,7 @@ class Daemon:
                 log.error("job %s: %s", job.id, finished.reason)
                 continue
             output_dir, stem = self._output_location(job, folder)
+            profile = self._config.profile(job.profile)
             request = JobRequest(
                 job_id=job.id,
                 input_path=job.spool_path,
@@ -740,25 +741,19 @@ class Daemon:
                 formats=self._config.formats_for(job.profile),
                 mode=self._output_mode,
                 gid=self._output_gid,
-                profile=self._config.profiles.get(job.profile, self._config.profiles["default"]),
+                profile=profile,
                 repair=self._config.repair,
                 review_dir=str(self._review_dir(folder)),
                 audit_dir=str(self._audit_dir(folder)),
                 relative_path=job.relative_path,
                 site_dictionary=self._site_dictionary.load(),
-                vlm_skip_reason=(
-                    self._vlm_breaker.skip_reason(job.id) if self._cascade_calls_vlm(job.profile) else None
-                ),
+                vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if _calls_vlm(profile) else None,
             )
             if request.vlm_skip_reason:
                 log.warning("job %s (%s): no VLM this time, %s", job.id, job.name, request.vlm_skip_reason)
             worker.submit(request)
             self._jobs_by_worker[worker.name] = job
             log.debug("job %s (%s) started on %s, attempt %d", job.id, job.name, worker.name, job.attempts)
-
-    def _cascade_calls_vlm(self, profile_name: str) -> bool:
-        profile = self._config.profiles.get(profile_name, self._config.profiles["default"])
-        return self._config.engine.vlm_gguf is not None and profile.cascade.mode != "off"
 
     def _collect(self, restart: bool = True) -> None:
         """Take finished outcomes; deal with workers that died or overran their time."""
@@ -781,7 +776,7 @@ class Daemon:
             self._jobs_by_worker.pop(worker.name)
             worker.kill()
             updated = self.journal.worker_died(job.id, reason)
-            if self._cascade_calls_vlm(job.profile):
+            if _calls_vlm(self._config.profile(job.profile)):
                 self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
             log.error(
                 "job %s (%s): %s; now %s",
@@ -1197,3 +1192,11 @@ class Daemon:
             log.info(
                 "pruned %d finished job(s) older than %g days", len(removed), self._config.jobs.retention_days
             )
+
+
+def _calls_vlm(profile: ProfileConfig) -> bool:
+    """Whether this profile's documents may be read by the VLM.
+
+    AppConfig's validation makes a cascade that is not off imply that engine.vlm_gguf is set.
+    """
+    return profile.cascade.mode != "off"
