@@ -142,22 +142,23 @@ class DraftLength:
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a step with k drafts writes on average (the chosen one and the right drafts)."""
-        total, chain = 1.0, 1.0
-        for rate in self._acceptances(k):
+        return self._expected(k)[k]
+
+    def _expected(self, deepest: int) -> list[float]:
+        """Expected tokens of a step with 0..deepest drafts: 1 + a1 + a1*a2 + ..., built depth by depth."""
+        totals, chain = [1.0], 1.0
+        for rate in self._acceptances(deepest):
             chain *= rate
-            total += chain
-        return total
+            totals.append(totals[-1] + chain)
+        return totals
 
     def best(self) -> int:
         """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
-        # Runs every step: the medians once, the acceptance chain built up depth by depth.
+        # Runs every step: the medians once, the acceptance chain built once for every depth.
         known = self._costs.medians() if self._fixed_cost is None else {}
-        rates: dict[int, float] = {}
-        expected, chain = 1.0, 1.0
-        for depth, rate in enumerate(self._acceptances(self.k_max), start=1):
-            chain *= rate
-            expected += chain
-            if depth >= self.k_min:
-                rates[depth] = expected / max(self._cost(depth + 1, known), 1e-9)
+        expected = self._expected(self.k_max)
+        rates = {
+            k: expected[k] / max(self._cost(k + 1, known), 1e-9) for k in range(self.k_min, self.k_max + 1)
+        }
         top = max(rates.values())
         return min(k for k, value in rates.items() if value >= top * 0.999)
