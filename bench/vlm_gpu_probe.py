@@ -8,10 +8,11 @@ because libggml-cuda.so carries and exports its own copy of part of libstdc++ (t
 in-process, so every variant runs in a child process of its own and only its exit status and last
 lines come back:
 
-    PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [--gdb] [VARIANT ...]
+    PYTHONPATH=/tmp/site:. python3 bench/vlm_gpu_probe.py --model-dir DIR [--json OUT] [--native-trace]
+        [VARIANT ...]
 
-With --gdb (where gdb is installed) each child runs under gdb, which prints the native stack of a
-crash; without it PYTHONFAULTHANDLER=1 in a variant prints the Python stack.
+PYTHONFAULTHANDLER=1 in a variant prints the Python stack of a crash; --native-trace (below) its
+native stack.
 
 A VARIANT is a comma-separated list of steps, optionally after environment assignments separated by
 spaces: "numpy,llama,load" or "PYTHONFAULTHANDLER=1 llama,cv2,engine". Without variants the default
@@ -59,21 +60,17 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repo root is on PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# The check of the fix (appliance/llama_preload.py): the first and last variant, with the preload
+# switched off, crash; every other one, each import order with libstdc++ made global, must end ok.
 DEFAULT_VARIANTS = (
-    "llama,numpy,load",  # the order the GPU benchmark uses (worked)
-    "numpy,llama,load",  # numpy first (crashed)
-    "numpy,llama,load_cpu",
-    "llama,cv2,load",
-    "llama,pydantic,yaml,load",
-    "PYTHONFAULTHANDLER=1 llama,engine",  # the engine's own imports after llama_cpp (aborted)
-    "PYTHONFAULTHANDLER=1 appliance,engine",  # as a worker process starts
-    "PYTHONFAULTHANDLER=1 appliance,load,engine",
-    "PYTHONFAULTHANDLER=1 appliance,no_gpu_memory,engine",
-    "PYTHONFAULTHANDLER=1 appliance,engine_hint",
-    "PYTHONFAULTHANDLER=1 no_cv2,llama,engine",
-    "PYTHONFAULTHANDLER=1 llama,numpy,pydantic,yaml,no_cv2,engine",
-    "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 numpy,llama,load",
-    "GGML_CUDA_DISABLE_GRAPHS=1 PYTHONFAULTHANDLER=1 llama,engine",
+    "OCR_APPLIANCE_NO_LLAMA_PRELOAD=1 appliance,llama,cv2op",
+    "stdcxx_global,llama,cv2op",
+    "numpy,stdcxx_global,llama,load",
+    "cv2,cv2op,stdcxx_global,llama,load,cv2op",
+    "numpy,cv2,appliance,load,cv2op",
+    "appliance,engine",
+    "numpy,appliance,engine_hint",
+    "OCR_APPLIANCE_NO_LLAMA_PRELOAD=1 numpy,appliance,load",
 )
 
 
@@ -191,9 +188,6 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     env, steps = parse_variant(variant)
     command = [sys.executable, str(Path(__file__).resolve()), "--model-dir", str(args.model_dir)]
     command += ["--model", args.model, "--device", args.device, "--child", ",".join(steps)]
-    debugger = shutil.which("gdb") if args.gdb else None
-    if debugger:  # the native stack of a crash; gdb exits 0 whatever happened, so its report is read
-        command = [debugger, "-q", "-batch", "-ex", "run", "-ex", "bt 40", "--args", *command]
     started = time.perf_counter()
     try:
         environment = {**os.environ, **env}
@@ -203,8 +197,6 @@ def run_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             command, env=environment, capture_output=True, text=True, timeout=args.timeout, check=False
         )
         code, output = done.returncode, done.stdout + done.stderr
-        if debugger and "received signal" in output:
-            code = -int(getattr(signal, output.split("received signal ")[1].split(",")[0], 0) or 1)
     except subprocess.TimeoutExpired as expired:
         partial = b"".join(part for part in (expired.stdout, expired.stderr) if isinstance(part, bytes))
         code, output = None, f"{partial.decode(errors='replace')}\ntimed out after {args.timeout} s"
@@ -246,7 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--tail", type=int, default=8, help="last lines of a variant's output shown")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
-    parser.add_argument("--gdb", action="store_true", help="run each variant under gdb (if installed)")
     parser.add_argument("--native-trace", action="store_true", help="preload bench/native_trace.c")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
