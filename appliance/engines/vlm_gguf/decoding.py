@@ -112,7 +112,8 @@ def _probability(row: np.ndarray, token: int) -> float:
     CPU (bench/README.md, "VLM decoding loop"). Ordinary rows are exponentiated without the usual
     shift by their maximum (the shift is a pass over the row; rows outside _UNSHIFTED_RANGE still
     take it), and summed by einsum, whose vectorised sum is three times numpy's pairwise one here
-    and as close (tests/test_vlm_decoding.py holds the result to 1e-5 of a float64 softmax).
+    (`python -m bench.probability_cost`) and as close (tests/test_vlm_decoding.py holds the result
+    to 1e-5 of a float64 softmax).
     """
     top = float(row.max())
     low, high = _UNSHIFTED_RANGE
