@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.engines.vlm_gguf.draft_length import DraftLength
-from appliance.engines.vlm_gguf.drafts import TextHintDraft
+from appliance.engines.vlm_gguf.drafts import DraftSource, TextHintDraft
 from bench.hint_rate import DEFAULT_TOKENIZER, page_texts
 
 # Verifying k drafts (k + 1 tokens) relative to one token, index k: Q8_0, 8 GB, on an H200, and on
@@ -73,15 +73,12 @@ class Tally:
 
 def decode_page(
     target: Sequence[int],
-    hint: str,
-    piece: Callable[[int], bytes],
-    tokenize: Callable[[str], list[int]],
+    draft: DraftSource,
     *,
     choose_k: Callable[[], int],
     observe: Callable[[int, int, int], None] | None = None,
 ) -> Tally:
-    """Greedy decoding of `target` (what the model writes) with drafts from `hint`, step by step."""
-    draft = TextHintDraft(hint, piece, tokenize)
+    """Greedy decoding of `target` (what the model writes) with drafts from `draft`, step by step."""
     generated = list(target[:1])  # the first token comes with the prompt's logits
     tally = Tally(written=len(target))
     while len(generated) < len(target):
@@ -114,33 +111,36 @@ def speed(tally: Tally, model: str) -> float:
     return plain_time / drafted_time if drafted_time else 1.0
 
 
-def run_policies(pages: list[dict[str, str]], piece: Any, tokenize: Any) -> dict[str, dict[str, Tally]]:
+def run_policies(
+    pages: list[dict[str, str]],
+    tokenize: Callable[[str], list[int]],
+    make_draft: Callable[[str], DraftSource],
+) -> dict[str, dict[str, Tally]]:
     """Every policy over every page: {policy: {cost model: tally}} (fixed k ignores the model)."""
+    targets = [(tokenize(page["gt"]), page["hint"]) for page in pages]
     results: dict[str, dict[str, Tally]] = {}
     for k in FIXED_K:
         total = Tally()
-        for page in pages:
-            target = tokenize(page["gt"])
-            total.add(decode_page(target, page["hint"], piece, tokenize, choose_k=_always(k)))
+        for target, hint in targets:
+            total.add(decode_page(target, make_draft(hint), choose_k=_always(k)))
         results[f"k={k}"] = dict.fromkeys(COST_MODELS, total)
     results["rule"] = {}
     for model, (cost, _) in COST_MODELS.items():
         total = Tally()
-        for page in pages:
-            total.add(_decode_with_rule(page, piece, tokenize, cost))
+        for target, hint in targets:
+            total.add(_decode_with_rule(target, make_draft(hint), cost))
         results["rule"][model] = total
     return results
 
 
-def _decode_with_rule(page: dict[str, str], piece: Any, tokenize: Any, cost: Callable[[int], float]) -> Tally:
+def _decode_with_rule(target: list[int], draft: DraftSource, cost: Callable[[int], float]) -> Tally:
     """One page with the engine's draft-length rule, learning acceptance anew as a page does."""
     lengths = DraftLength(4, 1, 16, batch_cost=cost)
 
     def observe(proposed: int, accepted: int, batch: int) -> None:
         lengths.observe(proposed, accepted, batch, cost(batch))
 
-    target = tokenize(page["gt"])
-    return decode_page(target, page["hint"], piece, tokenize, choose_k=lambda: lengths.k, observe=observe)
+    return decode_page(target, draft, choose_k=lambda: lengths.k, observe=observe)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         "--tokenizer", type=Path, default=DEFAULT_TOKENIZER, help="GGUF whose vocabulary is used"
     )
     parser.add_argument("--json", type=Path, dest="json_out")
+    # TextHintDraft's alignment, to compare settings (default: the engine's own).
+    parser.add_argument("--tails", help="long tails looked up anywhere, bytes, e.g. 48,24,12,6")
+    parser.add_argument("--near-tails", help="short tails looked up near the expected offset, e.g. 4,2,1")
+    parser.add_argument("--near", type=int, help="how near, in bytes")
     args = parser.parse_args(argv)
+    options: dict[str, Any] = {}
+    for name in ("tails", "near_tails"):
+        if getattr(args, name):
+            options[name] = tuple(int(size) for size in getattr(args, name).split(","))
+    if args.near is not None:
+        options["near"] = args.near
     if args.cache and args.cache.exists():
         sets = json.loads(args.cache.read_text(encoding="utf-8"))
     else:
@@ -173,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"tokenizer": str(args.tokenizer), "sets": {}}
     try:
         for name, pages in sets.items():
-            results = run_policies(pages, tokenizer.piece, tokenizer.tokenize)
+            results = run_policies(
+                pages,
+                tokenizer.tokenize,
+                lambda hint: TextHintDraft(hint, tokenizer.piece, tokenizer.tokenize, **options),
+            )
             rows = {}
             print(f"{name}: {len(pages)} pages")
             print(f"  {'policy':<6} {'accept':>7} {'tok/step':>8} {'H200 x':>7} {'CPU x':>6}")
