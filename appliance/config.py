@@ -149,6 +149,11 @@ class RasterizeConfig(_Strict):
     max_file_mb: StrictFloat = Field(default=256, gt=0)
     max_pages: StrictInt = Field(default=1000, ge=1)
     max_page_megapixels: StrictFloat = Field(default=80, gt=0)
+    # A JPEG page larger than this is decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling,
+    # several times faster than a full decode), the smallest that keeps at least this many
+    # megapixels. 8 keeps an A4 page at 300 dpi or more (8.7 Mpx): the recogniser scales every
+    # line to 48 pixels high, so a 600-dpi scan only costs time. 0 decodes every JPEG whole.
+    jpeg_draft_megapixels: StrictFloat = Field(default=8, ge=0)
 
 
 class HotFolderConfig(_Strict):

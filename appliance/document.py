@@ -15,6 +15,8 @@ Box = tuple[float, float, float, float]
 Polygon = tuple[tuple[float, float], ...]
 
 SCHEMA_VERSION = "1.0"
+# The resolution of a page whose input did not state one: the common scanner default.
+DEFAULT_DPI = 300.0
 
 
 def _round_box(box: Box) -> list[float]:

@@ -13,10 +13,16 @@ from appliance.pipeline.rasterize import Rasterizer
 from tests.rendering import RenderedPage
 
 
-def read_rendered(engine: PpocrOnnxEngine, page: RenderedPage, path: Path, **save: Any) -> Document:
+def read_rendered(
+    engine: PpocrOnnxEngine,
+    page: RenderedPage,
+    path: Path,
+    rasterize: RasterizeConfig | None = None,
+    **save: Any,
+) -> Document:
     """Save the rendered page as `path` (format from the suffix) and read it into a Document."""
     page.image.save(path, **save)
-    return DocumentProcessor(engine, Rasterizer(RasterizeConfig())).process(path)
+    return DocumentProcessor(engine, Rasterizer(rasterize or RasterizeConfig())).process(path)
 
 
 def words_of(document: Document) -> list[str]:

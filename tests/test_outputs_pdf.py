@@ -19,6 +19,7 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
+from appliance.config import RasterizeConfig
 from appliance.document import Document
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.outputs.searchable_pdf import render_searchable_pdf
@@ -144,6 +145,35 @@ def test_jpeg_input_is_embedded_as_it_is(engine: PpocrOnnxEngine, tmp_path: Path
     assert width == pytest.approx(document.pages[0].width * 72 / 200, abs=0.01)
     (text,) = _extract(data)
     assert cer(text, document.text) < 0.01
+
+
+def test_jpeg_read_at_a_reduced_scale_is_embedded_whole_at_the_same_size(
+    engine: PpocrOnnxEngine, tmp_path: Path
+) -> None:
+    source = tmp_path / "receipt.jpg"
+    full = read_rendered(engine, rendering.receipt(), source, quality=90, dpi=(200, 200))
+    reduced = read_rendered(
+        engine,
+        rendering.receipt(),
+        source,
+        RasterizeConfig(jpeg_draft_megapixels=0.1),
+        quality=90,
+        dpi=(200, 200),
+    )
+    assert reduced.pages[0].width < full.pages[0].width  # the page was read at a DCT scale-down
+
+    data = render_searchable_pdf(reduced, source)
+
+    with pikepdf.open(io.BytesIO(data)) as pdf:
+        image = pdf.pages[0].Resources.XObject["/Im0"]
+        assert image.read_raw_bytes() == source.read_bytes()  # the file's own pixels, all of them
+        assert (int(image.Width), int(image.Height)) == (full.pages[0].width, full.pages[0].height)
+        media_box = [float(value) for value in pdf.pages[0].MediaBox]
+    # The page is as large as when the whole image was read, and the text lies on the image.
+    assert media_box[2] == pytest.approx(full.pages[0].width * 72 / 200, abs=0.5)
+    assert media_box[3] == pytest.approx(full.pages[0].height * 72 / 200, abs=0.5)
+    (text,) = _extract(data)
+    assert cer(text, reduced.text) < 0.01
 
 
 def test_multi_page_pdf_input_keeps_pages_and_order(engine: PpocrOnnxEngine, tmp_path: Path) -> None:

@@ -151,6 +151,42 @@ def test_jpeg_exif_orientation_is_turned_upright(tmp_path: Path, orientation: in
         assert_colour(pixel, RED_BGR if corner == mark_at else (255, 255, 255), tolerance=40)
 
 
+@pytest.mark.parametrize(
+    ("floor_mpx", "declared_dpi", "reduction", "dpi"),
+    [
+        (1.0, (600, 600), 2, 300.0),  # 1200x900 keeps 1 Mpx, 600x450 would not
+        (0.25, (600, 600), 4, 150.0),
+        (0.01, None, 8, 37.5),  # the undeclared 300 dpi, an eighth of it
+        (5.0, (600, 600), 1, 600.0),  # already under twice the floor: read whole
+        (0.0, (600, 600), 1, 600.0),  # 0 turns the scale-down off
+    ],
+)
+def test_large_jpeg_is_decoded_at_the_dct_scale_that_keeps_the_floor(
+    tmp_path: Path, floor_mpx: float, declared_dpi: tuple[int, int] | None, reduction: int, dpi: float
+) -> None:
+    extra = {"dpi": declared_dpi} if declared_dpi else {}
+    path = save(marked_page((2400, 1800), "bottom-right"), tmp_path / "scan.jpg", "JPEG", quality=90, **extra)
+
+    (page,) = rasterize(path, jpeg_draft_megapixels=floor_mpx)
+
+    height, width = 1800 // reduction, 2400 // reduction
+    assert_bgr_page(page, height, width)
+    assert page.dpi == pytest.approx(dpi)
+    # The mark (the bottom-right quarter-size block) is where the whole page has it, scaled.
+    assert_colour(page.image[height - height // 8, width - width // 8], RED_BGR, tolerance=40)
+    assert_colour(page.image[height - height // 8, width // 8], (255, 255, 255), tolerance=40)
+    assert_colour(page.image[height // 8, width - width // 8], (255, 255, 255), tolerance=40)
+
+
+def test_only_jpeg_is_scaled_down(tmp_path: Path) -> None:
+    path = save(marked_page((2400, 1800), "top-left"), tmp_path / "scan.png", "PNG")
+
+    (page,) = rasterize(path, jpeg_draft_megapixels=0.01)
+
+    assert_bgr_page(page, 1800, 2400)
+    assert page.dpi is None
+
+
 def test_multipage_tiff_yields_every_page_in_order(tmp_path: Path) -> None:
     path = multipage_tiff(
         tmp_path / "three.tif", [numbered_page(n) for n in (1, 2, 3)], compression="tiff_lzw"

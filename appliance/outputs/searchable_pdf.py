@@ -11,6 +11,7 @@ no encryption.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,17 +141,23 @@ def _original_jpeg(source: Path, document: Document) -> _PageImage | None:
     """The input's own JPEG bits, when they can go into the PDF as they are.
 
     Re-encoding a JPEG loses quality for nothing; the original is used when it is one page of
-    plain RGB or grey, upright (no EXIF rotation) and of the size the document was read at.
+    plain RGB or grey, upright (no EXIF rotation) and of the size the document was read at, or
+    that size's multiple when it was read at a reduced DCT scale (rasterize.jpeg_draft_megapixels):
+    the image is drawn over the whole page whatever its pixel count.
     """
     if document.source.media_type != "image/jpeg" or len(document.pages) != 1:
         return None
     page = document.pages[0]
     with Image.open(source) as image:
         orientation = image.getexif().get(0x0112, 1)
-        if image.mode not in ("RGB", "L") or orientation != 1 or image.size != (page.width, page.height):
+        read_at = {
+            (math.ceil(image.width / scale), math.ceil(image.height / scale)) for scale in (1, 2, 4, 8)
+        }
+        if image.mode not in ("RGB", "L") or orientation != 1 or (page.width, page.height) not in read_at:
             return None
         colour_space = "/DeviceRGB" if image.mode == "RGB" else "/DeviceGray"
-    return _PageImage(source.read_bytes(), page.width, page.height, colour_space)
+        pixels = image.size
+    return _PageImage(source.read_bytes(), pixels[0], pixels[1], colour_space)
 
 
 def _rasterize_config(document: Document) -> RasterizeConfig:

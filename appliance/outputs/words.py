@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 
-from appliance.document import Box, Line, Word
-
-DEFAULT_DPI = 300.0
+from appliance.document import DEFAULT_DPI, Box, Line, Word
 
 
 def line_words(line: Line) -> list[Word]:

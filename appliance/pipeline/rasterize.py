@@ -1,7 +1,8 @@
 """Turns an input file into page images one page at a time, under limits that stop hostile files.
 
 PDF pages are rendered with pypdfium2; TIFF (multi-page, CCITT G4 included), JPEG (EXIF
-orientation honoured), PNG, BMP and WebP are decoded with Pillow. Pages are yielded one by one so
+orientation honoured; large pages decoded at a reduced DCT scale, see RasterizeConfig), PNG, BMP
+and WebP are decoded with Pillow. Pages are yielded one by one so
 a 500-page PDF never sits in memory whole.
 
 Text layers: a PDF page that already carries text is still OCRed from its rendered image, and
@@ -26,6 +27,7 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageOps
 
 from appliance.config import RasterizeConfig
+from appliance.document import DEFAULT_DPI
 from appliance.errors import DocumentError, FailureReason
 
 log = logging.getLogger(__name__)
@@ -283,6 +285,15 @@ class Rasterizer:
             raise DocumentError(FailureReason.CORRUPT, f"{path.name} page {index + 1} has no pixels")
         dpi_info = frame.info.get("dpi")
         dpi = float(dpi_info[0]) if dpi_info and dpi_info[0] else None
+        reduction = self._jpeg_reduction(frame)
+        if reduction > 1:
+            # Pillow's draft() picks the largest DCT scale whose floor-divided size still reaches
+            # the request (libjpeg then rounds up). The page keeps its physical size: its
+            # resolution falls with the pixel count (an undeclared one is the DEFAULT_DPI every
+            # output assumes), so the outputs place it exactly where a full decode would.
+            frame.draft(frame.mode, (width // reduction, height // reduction))
+            if frame.size != (width, height):
+                dpi = (dpi or DEFAULT_DPI) / round(width / frame.size[0])
         try:
             frame.load()
             upright = ImageOps.exif_transpose(frame) or frame
@@ -292,6 +303,20 @@ class Rasterizer:
                 _failure_reason(error), f"{path.name} page {index + 1} cannot be decoded: {error}"
             ) from None
         return RasterPage(index=index, image=image, dpi=dpi)
+
+    def _jpeg_reduction(self, frame: Image.Image) -> int:
+        """1, 2, 4 or 8: the largest DCT scale-down that leaves the page jpeg_draft_megapixels."""
+        floor = self._config.jpeg_draft_megapixels * 1_000_000
+        if frame.format != "JPEG" or floor <= 0:
+            return 1
+        width, height = frame.size
+        reduction = 1
+        while (
+            reduction < 8
+            and math.ceil(width / (reduction * 2)) * math.ceil(height / (reduction * 2)) >= floor
+        ):
+            reduction *= 2
+        return reduction
 
 
 # A poster page is rendered smaller rather than refused (see _render_pdf_page), down to this. The
