@@ -27,7 +27,6 @@ import onnxruntime as ort
 
 from appliance.config import AppConfig, load_config
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.engines.ppocr_onnx.graph import folded_model
 from appliance.engines.ppocr_onnx.sessions import _session_options
 from bench.ocr_bench import load_dataset, variant_engine_config
 
@@ -41,16 +40,17 @@ def _profiled(
     config = engine._config
     holders: dict[str, Any] = {"det": engine._detector, "rec": engine._recognizer, "cls": engine._orientation}
     sessions: dict[str, ort.InferenceSession] = {}
-    folded = {model["role"]: model["affine_folded_at_load"] for model in engine.describe()["models"]}
     for role, holder in holders.items():
         if holder is None:
             continue
+        # As the engine runs them: lines side by side on single-threaded sessions (see its load).
+        threads = 1 if role != "det" and engine._pool is not None else config.intra_op_threads
         options = _session_options(
-            config.intra_op_threads, config.inter_op_threads, config.allow_spinning, config.graph_optimization
+            threads, config.inter_op_threads, config.allow_spinning, config.graph_optimization
         )
         options.enable_profiling = True
         options.profile_file_prefix = str(folder / role)
-        model: bytes | str = folded_model(paths[role])[0] if folded[role] else str(paths[role])
+        model: bytes | str = engine.graph_at_load(role, paths[role]) or str(paths[role])
         sessions[role] = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
         holder._session = sessions[role]
     return sessions

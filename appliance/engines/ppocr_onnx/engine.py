@@ -161,23 +161,10 @@ class PpocrOnnxEngine:
             if self._line_threads > 1
             else None
         )
+        self._kept, self._classes = kept, len(keys)
         sessions = {}
         for role in roles:
-            model = None
-            # Derived sets are folded by quantize.onnx_int8 already; the originals are folded here,
-            # after their hash check, so the manifest keeps describing the shipped files.
-            if config.fold_affine and self._entries[role].precision == "fp32":
-                try:
-                    model, self._folded[role] = folded_model(paths[role])
-                except Exception as error:  # onnx/onnxruntime raise their own untyped errors
-                    raise ModelError(f"cannot fold {paths[role]} at load: {error}") from None
-            if role == "rec" and kept is not None:
-                try:
-                    model = restrict_output_classes(model or paths["rec"].read_bytes(), kept, len(keys))
-                except ValueError as error:
-                    raise ModelError(
-                        f"cannot cut the recogniser to engine.ppocr_onnx.charset {config.charset!r}: {error}"
-                    ) from None
+            model = self.graph_at_load(role, paths[role])
             # Lines run side by side on single-threaded runs; the detector's one run per page
             # keeps every intra-op thread.
             line_model = role != "det" and self._pool is not None
@@ -210,6 +197,29 @@ class PpocrOnnxEngine:
             self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
         self._model_dir = model_dir
         self._paths = {role: paths[role] for role in roles}
+
+    def graph_at_load(self, role: str, path: Path) -> bytes | None:
+        """The serialized graph the engine runs for `role`, or None when that is the file as it is.
+
+        Derived sets are folded by quantize.onnx_int8 already; the originals are folded here, after
+        their hash check, so the manifest keeps describing the shipped files. A charset cuts the
+        recogniser's head. Recorded in self._folded; benchmarks profile the same graph.
+        """
+        model = None
+        if self._config.fold_affine and self._entries[role].precision == "fp32":
+            try:
+                model, self._folded[role] = folded_model(path)
+            except Exception as error:  # onnx/onnxruntime raise their own untyped errors
+                raise ModelError(f"cannot fold {path} at load: {error}") from None
+        if role == "rec" and self._kept is not None:
+            try:
+                model = restrict_output_classes(model or path.read_bytes(), self._kept, self._classes)
+            except ValueError as error:
+                charset = self._config.charset
+                raise ModelError(
+                    f"cannot cut the recogniser to engine.ppocr_onnx.charset {charset!r}: {error}"
+                ) from None
+        return model
 
     @property
     def model_paths(self) -> dict[str, Path]:
