@@ -289,6 +289,14 @@ def test_a_file_cut_short_is_truncated_wherever_it_is_cut(
     assert failure(path).reason is FailureReason.TRUNCATED
 
 
+def test_a_jpeg_cut_short_is_truncated_when_read_at_a_reduced_scale_too(tmp_path: Path) -> None:
+    data = _encoded(numbered_page(3, size=(1200, 900)), "JPEG")
+    path = tmp_path / "cut.jpg"
+    path.write_bytes(data[: len(data) // 2])
+
+    assert failure(path, jpeg_draft_megapixels=0.1).reason is FailureReason.TRUNCATED
+
+
 def test_a_pdf_with_garbage_after_its_header_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "garbage.pdf"
     path.write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 8)
