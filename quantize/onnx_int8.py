@@ -28,7 +28,11 @@ models-int8` builds. Recognition does not: static INT8 changed 21-50% of charact
 in every variant tried (whole model, Conv only, first/last Conv, stem and the SVTR attention kept
 in float; MinMax or percentile), and with the stem quantized it ran slower than FP32 (0.6-0.8x),
 the hard-swishes and affine Muls/Adds between the QLinearConvs costing a Quantize/Dequantize
-pass each. Dynamic INT8 ran 4.7x slower (ConvInteger has no fast kernel).
+pass each. Dynamic INT8 ran 4.7x slower (ConvInteger has no fast kernel). With the Latin head
+(engine.ppocr_onnx.charset) even the fully quantized recogniser is only 1.18x FP32 on receipt
+lines: its convolutions run 2.2x faster, but onnxruntime has no quantized hard-swish, so the 28
+hard-swishes run in float between Dequantize/Quantize passes and cost more than the convolutions
+(`python -m bench.rec_int8_ceiling`, bench/README.md).
 """
 
 from __future__ import annotations
