@@ -24,7 +24,10 @@ from appliance.document import Document
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.outputs.searchable_pdf import render_searchable_pdf
 from appliance.outputs.writer import write_outputs
+from appliance.pipeline.process import DocumentProcessor
+from appliance.pipeline.rasterize import Rasterizer
 from tests import rendering
+from tests.fixtures_files import jpeg_with_orientation
 from tests.output_documents import read_rendered
 from tests.scoring import cer
 
@@ -174,6 +177,34 @@ def test_jpeg_read_at_a_reduced_scale_is_embedded_whole_at_the_same_size(
     assert media_box[3] == pytest.approx(full.pages[0].height * 72 / 200, abs=0.5)
     (text,) = _extract(data)
     assert cer(text, reduced.text) < 0.01
+
+
+class _LowDraftDefaults(RasterizeConfig):
+    """Rasterize defaults under which this test's small page counts as large."""
+
+    jpeg_draft_megapixels: float = 0.1
+
+
+def test_a_turned_jpeg_read_at_a_reduced_scale_is_re_encoded_at_its_own_resolution(
+    engine: PpocrOnnxEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The PDF's own second read must decode whole whatever the defaults say.
+    monkeypatch.setattr("appliance.outputs.searchable_pdf.RasterizeConfig", _LowDraftDefaults)
+    # EXIF orientation 6: stored 1200x800, upright 800x1200; the original bits cannot be used.
+    source = jpeg_with_orientation(tmp_path / "turned.jpg", 6, size=(1200, 800))
+    documents = [
+        DocumentProcessor(engine, Rasterizer(RasterizeConfig(jpeg_draft_megapixels=floor))).process(source)
+        for floor in (0.1, 0)
+    ]
+    assert (documents[0].pages[0].width, documents[0].pages[0].height) == (400, 600)  # upright, halved
+
+    media_boxes = []
+    for document in documents:
+        with pikepdf.open(io.BytesIO(render_searchable_pdf(document, source))) as pdf:
+            image = pdf.pages[0].Resources.XObject["/Im0"]
+            assert (int(image.Width), int(image.Height)) == (800, 1200)  # the file's own resolution
+            media_boxes.append([float(value) for value in pdf.pages[0].MediaBox])
+    assert media_boxes[0] == pytest.approx(media_boxes[1], abs=0.01)  # and the page's own size
 
 
 def test_multi_page_pdf_input_keeps_pages_and_order(engine: PpocrOnnxEngine, tmp_path: Path) -> None:

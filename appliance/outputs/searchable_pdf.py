@@ -165,7 +165,9 @@ def _rasterize_config(document: Document) -> RasterizeConfig:
 
     PDF pages are rendered at the dpi recorded on the page. The limits are raised to what this
     file is known to need: it passed the site's limits when it was read, and a second read
-    refused by the defaults would lose the whole PDF for nothing.
+    refused by the defaults would lose the whole PDF for nothing. JPEGs are decoded whole: the
+    image is drawn over the page whatever its pixel count, so the archive keeps the file's own
+    resolution even when the text was read at a reduced scale.
     """
     dpis = [page.dpi for page in document.pages if page.dpi]
     pdf_dpi = round(max(dpis)) if dpis else 300
@@ -176,6 +178,7 @@ def _rasterize_config(document: Document) -> RasterizeConfig:
         max_file_mb=max(defaults.max_file_mb, document.source.size / 1048576 + 1),
         max_pages=max(defaults.max_pages, len(document.pages)),
         max_page_megapixels=max(defaults.max_page_megapixels, largest / 1_000_000 + 1),
+        jpeg_draft_megapixels=0,
     )
 
 
