@@ -44,12 +44,22 @@ def review_folder(review_dir: Path, relative: str, job_id: str) -> Path:
 
 
 def write_review_extras(
-    folder: Path, document: Document, reasons: list[str], source: Path, job_id: str
+    folder: Path,
+    document: Document,
+    reasons: list[str],
+    source: Path,
+    job_id: str,
+    *,
+    rasterize: RasterizeConfig,
 ) -> None:
-    """reasons.json and a PNG per page, so a reviewer needs nothing but a file browser."""
+    """reasons.json and a PNG per page, so a reviewer needs nothing but a file browser.
+
+    The pages are rasterized as the document was read (`rasterize` is the site's), so the boxes
+    of its result files are pixel positions on these PNGs.
+    """
     record = {"job_id": job_id, "source": document.source.to_dict(), "reasons": reasons}
     write_atomic(folder / REASONS_FILE, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
-    for page in Rasterizer(RasterizeConfig()).pages(source):
+    for page in Rasterizer(rasterize).pages(source):
         ok, png = cv2.imencode(".png", page.image)
         if ok:
             write_atomic(folder / f"page-{page.index + 1:03d}.png", png.tobytes())

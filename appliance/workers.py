@@ -127,7 +127,14 @@ def _read_one(
             source_path=Path(request.input_path),
         )
         if decision.route == REVIEW:
-            write_review_extras(target, document, decision.reasons, Path(request.input_path), request.job_id)
+            write_review_extras(
+                target,
+                document,
+                decision.reasons,
+                Path(request.input_path),
+                request.job_id,
+                rasterize=rasterize,
+            )
         elif decision.route == AUDIT and request.audit_dir is not None:
             audit_target = Path(request.audit_dir) / Path(request.relative_path).parent
             for path in written.values():
