@@ -10,7 +10,12 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 from appliance.engines.ppocr_onnx import default_model_dir  # noqa: E402
-from appliance.engines.ppocr_onnx.graph import fold_affine_into_conv, name_nodes  # noqa: E402
+from appliance.engines.ppocr_onnx.graph import (  # noqa: E402
+    fold_affine_into_conv,
+    fuse_hard_swish,
+    hard_swish_as_clip,
+    name_nodes,
+)
 from quantize.evaluate import cpu_session, edit_distance  # noqa: E402
 from quantize.onnx_int8 import prepare  # noqa: E402
 
@@ -54,3 +59,25 @@ def test_stem_is_the_first_tenth_of_the_nodes() -> None:
     model = onnx.load(str(default_model_dir() / "ppocrv5_cls.onnx"))
     names = stem(model)
     assert names == [node.name for node in model.graph.node][: len(model.graph.node) // 10]
+
+
+def test_hard_swish_rewrites_are_exact_on_the_orientation_model(tmp_path: Path) -> None:
+    prepared = prepare("cls", default_model_dir() / "ppocrv5_cls.onnx", tmp_path).path
+    model = onnx.load(str(prepared))
+    sigmoids = sum(node.op_type == "HardSigmoid" for node in model.graph.node)
+    tensor = np.random.default_rng(1).standard_normal((2, 3, 80, 160)).astype(np.float32) * 3
+    reference = cpu_session(prepared).run(None, {"x": tensor})[0]
+
+    fused, count = fuse_hard_swish(model)
+    assert count > 0 and sum(node.op_type == "HardSwish" for node in fused.graph.node) == count
+    assert sum(node.op_type == "HardSigmoid" for node in fused.graph.node) == sigmoids - count
+    onnx.save(fused, str(tmp_path / "fused.onnx"))
+    clipped, rewritten = hard_swish_as_clip(fused)
+    assert rewritten == count
+    assert not any(node.op_type == "HardSwish" for node in clipped.graph.node)
+    onnx.checker.check_model(clipped)
+    onnx.save(clipped, str(tmp_path / "clipped.onnx"))
+
+    for name in ("fused.onnx", "clipped.onnx"):
+        output = cpu_session(tmp_path / name).run(None, {"x": tensor})[0]
+        assert np.abs(output - reference).max() < 1e-5

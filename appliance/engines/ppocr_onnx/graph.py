@@ -212,6 +212,48 @@ def fuse_hard_swish(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return model, fused
 
 
+def hard_swish_as_clip(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Write each HardSwish as x * Clip(x + 3, 0, 6) * (1/6): the same function, other operators.
+
+    onnxruntime has no quantized HardSwish (nor HardSigmoid), so a QDQ graph computes each one in
+    float between a Dequantize and a Quantize pass over the whole activation; Add, Clip and Mul
+    all have integer forms (QLinearAdd, a Clip folded into the quantization range, QLinearMul), so
+    in this form the quantized graph stays in uint8 from one convolution to the next.
+    """
+    graph = model.graph
+    constants = {"three": 3.0, "zero": 0.0, "six": 6.0, "sixth": 1.0 / 6.0}
+    names = {key: f"hard_swish_as_clip_{key}" for key in constants}
+    nodes: list[onnx.NodeProto] = []
+    rewritten = 0
+    for node in graph.node:
+        if node.op_type != "HardSwish":
+            nodes.append(node)
+            continue
+        x, prefix = node.input[0], f"{node.name or node.output[0]}_clip_form"
+        nodes += [
+            onnx.helper.make_node("Add", [x, names["three"]], [f"{prefix}_shifted"], name=f"{prefix}_add"),
+            onnx.helper.make_node(
+                "Clip",
+                [f"{prefix}_shifted", names["zero"], names["six"]],
+                [f"{prefix}_gate"],
+                name=f"{prefix}_clip",
+            ),
+            onnx.helper.make_node("Mul", [x, f"{prefix}_gate"], [f"{prefix}_gated"], name=f"{prefix}_mul"),
+            onnx.helper.make_node(
+                "Mul", [f"{prefix}_gated", names["sixth"]], [node.output[0]], name=f"{prefix}_scale"
+            ),
+        ]
+        rewritten += 1
+    if rewritten:
+        graph.initializer.extend(
+            numpy_helper.from_array(np.array(value, dtype=np.float32), names[key])
+            for key, value in constants.items()
+        )
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return model, rewritten
+
+
 def name_nodes(model: onnx.ModelProto) -> int:
     """Give every unnamed node a unique name.
 
