@@ -29,10 +29,11 @@ in every variant tried (whole model, Conv only, first/last Conv, stem and the SV
 in float; MinMax or percentile), and with the stem quantized it ran slower than FP32 (0.6-0.8x),
 the hard-swishes and affine Muls/Adds between the QLinearConvs costing a Quantize/Dequantize
 pass each. Dynamic INT8 ran 4.7x slower (ConvInteger has no fast kernel). With the Latin head
-(engine.ppocr_onnx.charset) even the fully quantized recogniser is only 1.18x FP32 on receipt
+(engine.ppocr_onnx.charset) even the fully quantized recogniser is only 1.17x FP32 on receipt
 lines: its convolutions run 2.2x faster, but onnxruntime has no quantized hard-swish, so the 28
-hard-swishes run in float between Dequantize/Quantize passes and cost more than the convolutions
-(`python -m bench.rec_int8_ceiling`, bench/README.md).
+hard-swishes run in float between Dequantize/Quantize passes and cost more than the convolutions.
+Written as x * Clip(x + 3, 0, 6) / 6 (graph.hard_swish_as_clip) the graph stays in uint8, 1.42x,
+and still changes 37% of the characters (`python -m bench.rec_int8_ceiling`, bench/README.md).
 """
 
 from __future__ import annotations
