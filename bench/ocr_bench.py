@@ -172,8 +172,8 @@ def print_tables(dataset: str, summaries: list[dict[str, Any]]) -> None:
             stages = "  ".join(f"{k} {s['stage_ms_median'].get(k, 0.0):.0f}" for k in STAGES)
             print(f"{s['engine']} median ms/page by stage: {stages}")
             means = s["stage_ms_mean"]
-            # What no stage timed: the pipeline's own work around the engine (page loading, reading
-            # order, the document record), from the mean page time that pages/s inverts.
+            # What no stage timed (hashing the file, repair, the document record): the mean page
+            # time that pages/s inverts, less the stage means.
             other = 1000.0 / s["pages_per_s"] - sum(means.values()) if s["pages_per_s"] else 0.0
             stages = "  ".join(f"{k} {means.get(k, 0.0):.0f}" for k in STAGES)
             print(f"{s['engine']} mean ms/page by stage: {stages}  untimed {other:.0f}")

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.config import EngineConfig, PpocrOnnxConfig, PrecisionConfig
+from appliance.config import EngineConfig, PpocrOnnxConfig, PrecisionConfig, RasterizeConfig
 from appliance.engines.manifest import sha256_file
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine, default_model_dir
 from appliance.errors import ModelError
-from bench.ocr_bench import variant_engine_config
+from bench.ocr_bench import variant_engine_config, variant_rasterize_config
 from tests import rendering
 
 
@@ -93,3 +93,13 @@ def test_bench_variant_spec_sets_precision_and_options() -> None:
     assert (ppocr.precision.det, ppocr.precision.rec) == ("int8", "fp32")
     assert ppocr.fold_affine is False
     assert (ppocr.rec_min_width, ppocr.det_limit_side_len) == (160, 960)
+
+
+def test_bench_variant_spec_routes_rasterize_keys_to_the_rasterizer() -> None:
+    spec = "det=int8+rec_min_width=160+jpeg_draft_megapixels=0"
+    engine = variant_engine_config(EngineConfig(), spec).ppocr_onnx
+    rasterize = variant_rasterize_config(RasterizeConfig(), spec)
+    assert engine.rec_min_width == 160 and engine.precision.det == "int8"
+    assert rasterize.jpeg_draft_megapixels == 0
+    assert rasterize.pdf_dpi == RasterizeConfig().pdf_dpi
+    assert variant_rasterize_config(RasterizeConfig(), "fp32").jpeg_draft_megapixels == 8
