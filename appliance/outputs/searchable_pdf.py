@@ -11,7 +11,6 @@ no encryption.
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from appliance.config import RasterizeConfig
 from appliance.document import Document, Page
 from appliance.outputs.glyphless_font import ADVANCE, ASCENT, DESCENT, FONT_NAME, glyphless_font
 from appliance.outputs.words import line_words, page_dpi
-from appliance.pipeline.rasterize import Rasterizer
+from appliance.pipeline.rasterize import JPEG_SCALES, Rasterizer, jpeg_scaled_size
 
 JPEG_QUALITY = 85
 _FONT_RESOURCE = "/F1"
@@ -150,9 +149,7 @@ def _original_jpeg(source: Path, document: Document) -> _PageImage | None:
     page = document.pages[0]
     with Image.open(source) as image:
         orientation = image.getexif().get(0x0112, 1)
-        read_at = {
-            (math.ceil(image.width / scale), math.ceil(image.height / scale)) for scale in (1, 2, 4, 8)
-        }
+        read_at = {jpeg_scaled_size(image.size, scale) for scale in JPEG_SCALES}
         if image.mode not in ("RGB", "L") or orientation != 1 or (page.width, page.height) not in read_at:
             return None
         colour_space = "/DeviceRGB" if image.mode == "RGB" else "/DeviceGray"

@@ -305,18 +305,21 @@ class Rasterizer:
         return RasterPage(index=index, image=image, dpi=dpi)
 
     def _jpeg_reduction(self, frame: Image.Image) -> int:
-        """1, 2, 4 or 8: the largest DCT scale-down that leaves the page jpeg_draft_megapixels."""
+        """One of JPEG_SCALES: the largest DCT scale-down that leaves the page jpeg_draft_megapixels."""
         floor = self._config.jpeg_draft_megapixels * 1_000_000
         if frame.format != "JPEG" or floor <= 0:
             return 1
-        width, height = frame.size
-        reduction = 1
-        while (
-            reduction < 8
-            and math.ceil(width / (reduction * 2)) * math.ceil(height / (reduction * 2)) >= floor
-        ):
-            reduction *= 2
-        return reduction
+        fits = [scale for scale in JPEG_SCALES if math.prod(jpeg_scaled_size(frame.size, scale)) >= floor]
+        return max(fits, default=1)
+
+
+# The scale-downs libjpeg's DCT scaling decodes directly (Pillow's draft() picks among them).
+JPEG_SCALES = (1, 2, 4, 8)
+
+
+def jpeg_scaled_size(size: tuple[int, int], scale: int) -> tuple[int, int]:
+    """The pixel size libjpeg decodes a (width, height) JPEG to at 1/scale: rounded up."""
+    return math.ceil(size[0] / scale), math.ceil(size[1] / scale)
 
 
 # A poster page is rendered smaller rather than refused (see _render_pdf_page), down to this. The
