@@ -55,13 +55,7 @@ def best_time(session: ort.InferenceSession, inputs: list[np.ndarray]) -> tuple[
 
 
 def profile(path: Path, inputs: list[np.ndarray], folder: Path) -> dict[str, float]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    options.enable_profiling = True
-    options.profile_file_prefix = str(folder / path.stem)
-    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    session = cpu_session(path, profile_prefix=folder / path.stem)
     run_all(session, inputs)
     return op_times(Path(session.end_profiling()))[1]
 
@@ -97,7 +91,7 @@ def hard_swish_on_uint8(shape: list[int], repeats: int = 50) -> dict[str, float]
             [scale, zero, table],
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-        session = cpu_session_from_bytes(model.SerializeToString())
+        session = cpu_session(model.SerializeToString())
         for _ in range(3):
             session.run(None, {"x": tensor})
         started = time.perf_counter()
@@ -105,13 +99,6 @@ def hard_swish_on_uint8(shape: list[int], repeats: int = 50) -> dict[str, float]
             session.run(None, {"x": tensor})
         timings[name] = (time.perf_counter() - started) / repeats * 1000
     return timings
-
-
-def cpu_session_from_bytes(model: bytes) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def main(argv: list[str] | None = None) -> int:

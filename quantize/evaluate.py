@@ -28,13 +28,20 @@ class Drift:
     seconds: float
 
 
-def cpu_session(path: Path | str, threads: int = 1) -> ort.InferenceSession:
+def cpu_session(
+    model: Path | str | bytes, threads: int = 1, *, profile_prefix: Path | None = None
+) -> ort.InferenceSession:
+    """A CPU session on a model file or serialized model; onnxruntime profiles it given a prefix."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
+    source = model if isinstance(model, bytes) else str(model)
+    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def _ctc_indices(probs: np.ndarray) -> list[int]:
