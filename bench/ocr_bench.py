@@ -301,17 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config) if args.config else AppConfig()
     load_started = time.perf_counter()
     engines = {}
+    processors = {}
     for spec in args.variant or [None]:
-        variant_config = config.engine if spec is None else variant_engine_config(config.engine, spec)
-        engines[OURS if spec is None else f"{OURS}:{spec}"] = build_engine(variant_config)
+        name = OURS if spec is None else f"{OURS}:{spec}"
+        if spec is None:
+            engine_config, rasterize_config = config.engine, config.rasterize
+        else:
+            engine_config = variant_engine_config(config.engine, spec)
+            rasterize_config = variant_rasterize_config(config.rasterize, spec)
+        engines[name] = build_engine(engine_config)
+        processors[name] = DocumentProcessor(engines[name], Rasterizer(rasterize_config))
     load_s = time.perf_counter() - load_started
-    rasterizers = {
-        OURS if spec is None else f"{OURS}:{spec}": Rasterizer(
-            config.rasterize if spec is None else variant_rasterize_config(config.rasterize, spec)
-        )
-        for spec in args.variant or [None]
-    }
-    processors = {name: DocumentProcessor(engine, rasterizers[name]) for name, engine in engines.items()}
     print(f"{len(engines)} engine(s) loaded in {load_s:.2f}s (not counted in page times)")
     results = [
         bench_dataset(
