@@ -73,7 +73,8 @@ def running(tmp_path: Path) -> Iterator[Running]:
 def test_dropped_file_is_read_once_journalled_and_archived(running: Running) -> None:
     (running.folders.inbox / "scan.png").write_bytes(png_bytes())
     result = running.folders.out / "scan.png.json"
-    assert wait_for(result.exists)
+    # Every output is in place once the job is done (the JSON is written first, the text after).
+    assert wait_for(lambda: running.daemon.stats.done == 1)
     assert json.loads(result.read_text(encoding="utf-8"))["text"] == "INVOICE 42"
     assert (running.folders.out / "scan.png.txt").read_text(encoding="utf-8") == "INVOICE 42\n"
     assert wait_for(lambda: len(running.archived("scan.png")) == 1)
@@ -89,7 +90,7 @@ def test_dropped_file_is_read_once_journalled_and_archived(running: Running) -> 
         JobState.RUNNING,
         JobState.DONE,
     ]
-    assert list((running.folders.state / "spool").iterdir()) == []
+    assert wait_for(lambda: list((running.folders.state / "spool").iterdir()) == [])
 
 
 def test_subfolders_are_mirrored(running: Running) -> None:

@@ -91,8 +91,9 @@ def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: 
         assert result["fields"]["total"]["value"] == "40.71"
         assert result["routing"]["corrected"] == {"total": "40.71"}
         assert wait_for(lambda: running.daemon.journal.get(job_id).state is JobState.DONE)  # type: ignore[union-attr]
-        assert not folder.exists()
-        assert len(list((tmp_path / "archive").rglob("receipt.png"))) == 1
+        # The review folder is removed after the job is marked done: wait for it, not for a moment.
+        assert wait_for(lambda: not folder.exists())
+        assert wait_for(lambda: len(list((tmp_path / "archive").rglob("receipt.png"))) == 1)
         with pytest.raises(FailedPreconditionError):
             running.control.resolve_review(job_id, {"total": "1.00"})
         dictionary = json.loads((tmp_path / "state" / "site_dictionary.json").read_text(encoding="utf-8"))
