@@ -27,8 +27,9 @@ APT_BUILD = libsystemd-dev pkg-config gcc g++ cmake
 APT_TEST = fonts-dejavu-core fonts-wqy-microhei systemd strace
 APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 
-# llama-cpp-python builds llama.cpp from its sdist: with CUDA where the GPU onnxruntime is chosen,
-# without llama.cpp's unused `common` library (a third of the compile), on every core.
+# llama-cpp-python (the optional `vlm` extra, `make vlm`) builds llama.cpp from its sdist: with CUDA
+# where the GPU onnxruntime is chosen, without llama.cpp's unused `common` library (a third of the
+# compile), on every core.
 LLAMA_CMAKE_ARGS ?= -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama-skip-common.cmake \
 	$(if $(filter gpu,$(ORT)),-DGGML_CUDA=on)
 export CMAKE_ARGS = $(LLAMA_CMAKE_ARGS)
@@ -36,8 +37,9 @@ export CMAKE_BUILD_PARALLEL_LEVEL = $(shell nproc)
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
+VLM_STAMP = $(VENV)/.installed-vlm-$(ORT)
 
-.PHONY: setup run test lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
+.PHONY: setup vlm run test lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
 
 setup: $(STAMP)
 
@@ -51,11 +53,21 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# The vlm_gguf engine's packages: llama-cpp-python compiles llama.cpp from source, which takes
+# minutes (about 5 on 2 cores for the CPU build, more with CUDA), so its build output is shown.
+vlm: $(VLM_STAMP)
+
+$(VLM_STAMP): $(STAMP)
+	@echo "installing the vlm extra: llama-cpp-python compiles llama.cpp from source; this takes minutes"
+	$(BIN)/python -m pip install --verbose -e '.[$(ORT),dev,vlm]'
+	@touch $@
+
 run: setup
 	@mkdir -p var
 	$(BIN)/ocr-appliance run --config $(CONFIG)
 
-test: setup apt-test
+# The VLM's tests need llama-cpp-python: `make test` installs the vlm extra first.
+test: setup vlm apt-test
 	$(BIN)/python -m pytest
 
 # The control API's Python modules (messages, stubs, typed .pyi) from its .proto; they are committed,

@@ -73,8 +73,17 @@ def _load(path: Path | None) -> AppConfig:
     return load_config(path) if path else AppConfig()
 
 
+def _load_checked(path: Path | None) -> AppConfig:
+    """The config, refused when it needs the vlm extra and that is not installed."""
+    from appliance.vlm_extra import require_vlm_runtime
+
+    config = _load(path)
+    require_vlm_runtime(config, path or "built-in config")
+    return config
+
+
 def _cmd_config_check(args: argparse.Namespace) -> ExitCode:
-    config = load_config(args.file)
+    config = _load_checked(args.file)
     folders = ", ".join(str(folder.path) for folder in config.hot_folders) or "none"
     print(f"{args.file}: valid (engine {config.engine.name}, hot folders: {folders})")
     return ExitCode.OK
@@ -97,7 +106,7 @@ def _cmd_audit_verify(args: argparse.Namespace) -> ExitCode:
 def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
     from appliance.engines.factory import build_engine
 
-    config = _load(args.config)
+    config = _load_checked(args.config)
     engine = build_engine(config.engine)
     print(json.dumps(engine.describe(), indent=1))
     engine.close()
@@ -110,7 +119,7 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     from appliance.pipeline.process import DocumentProcessor
     from appliance.pipeline.rasterize import Rasterizer
 
-    config = _load(args.config)
+    config = _load_checked(args.config)
     formats: tuple[OutputFormat, ...] = tuple(args.format) if args.format else config.outputs.formats
     engine = build_engine(config.engine)
     # One-shot reads use the default profile's preprocessing and the configured repair rules, like
@@ -151,7 +160,7 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.
     from appliance.engines.factory import build_engine
     from appliance.logging_setup import setup_logging
 
-    config = load_config(args.config)
+    config = _load_checked(args.config)
     setup_logging(config.logging.level)
     if not config.hot_folders:
         raise ConfigError(f"{args.config}: hot_folders is empty; there is nothing to watch")
