@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -28,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.api.client import ApiError, Client
-from appliance.api.server import ApiServer, bind_unix_socket
+from appliance.api.server import ApiServer, prepare_socket_path
 from appliance.api.v1 import appliance_pb2 as pb
 from appliance.config import (
     ApiConfig,
@@ -260,9 +261,8 @@ def test_watch_streams_transitions_and_resumes_after_a_sequence_number(appliance
         resumed = client.stub.WatchEvents(pb.WatchEventsRequest(after_seq=first.seq))
         assert next(resumed).seq == second.seq
         resumed.cancel()
-        # Both streams' server threads notice the disconnect within one poll and free their slot.
-        rpc_server = appliance.api._server
-        assert wait_for(lambda: rpc_server._active == 0, timeout=5)
+        # Both streams' watchers see the disconnect and free their slots.
+        assert wait_for(lambda: appliance.api.watchers == 0, timeout=5)
         live = client.stub.WatchEvents(pb.WatchEventsRequest(only_new=True), timeout=10)
         appliance.drop("later.png", png_bytes("gray"))
         event = next(live)
@@ -307,21 +307,43 @@ def test_socket_mode_and_a_stale_socket_from_a_crash(tmp_path: Path, short_dir: 
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(short_dir / "api.sock"))
     stale.close()  # a crashed daemon leaves the file behind, with nobody listening
+    short_dir.chmod(0o755)  # a folder of the socket's own is closed to others at start
     with Appliance(tmp_path, short_dir) as running:
         mode = running.socket.stat().st_mode
         assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660
+        assert running.socket.stat().st_gid == os.getgid()
+        folder = short_dir.stat()
+        assert stat.S_IMODE(folder.st_mode) == 0o750 and folder.st_gid == os.getgid()
+        assert sorted(p.name for p in short_dir.iterdir()) == ["api.sock"], "no temporary name left"
         with running.client() as client:
             assert client.status().version
         with pytest.raises(ConfigError, match="another process serves there"):
-            bind_unix_socket(running.socket, 0o660, None)
+            prepare_socket_path(running.socket, os.getgid())
     assert not running.socket.exists(), "the socket is removed on stop"
     (short_dir / "api.sock").write_text("not a socket", encoding="utf-8")
     with pytest.raises(ConfigError, match="not a socket"):
-        bind_unix_socket(short_dir / "api.sock", 0o660, None)
+        prepare_socket_path(short_dir / "api.sock", os.getgid())
 
 
-_AS_NOBODY = """
-import sys
+def test_a_shared_folder_open_to_everyone_is_refused_and_left_alone(short_dir: Path) -> None:
+    (short_dir / "someone-else").write_text("", encoding="utf-8")  # not the socket's own folder
+    short_dir.chmod(0o755)
+    with pytest.raises(ConfigError, match="every user may enter"):
+        prepare_socket_path(short_dir / "api.sock", os.getgid())
+    assert stat.S_IMODE(short_dir.stat().st_mode) == 0o755
+    made = short_dir / "run" / "api.sock"
+    prepare_socket_path(made, os.getgid())  # a missing folder is made 0750
+    assert stat.S_IMODE(made.parent.stat().st_mode) == 0o750
+
+
+_CONNECT = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(sys.argv[1])
+except OSError as error:
+    print("refused", error.errno)
+    raise SystemExit(0)
 from appliance.api.client import ApiError, Client
 try:
     Client(sys.argv[1], timeout=5).status()
@@ -332,35 +354,37 @@ else:
 """
 
 
+def _as_uid_65534(socket_path: Path, groups: str) -> str:
+    result = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            groups,
+            sys.executable,
+            "-c",
+            _CONNECT,
+            str(socket_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        timeout=60,
+    )
+    return result.stdout.strip() + result.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
-@pytest.mark.parametrize(("mode", "expected"), [("0660", "UNAVAILABLE"), ("0666", "PERMISSION_DENIED")])
-def test_a_uid_outside_the_group_is_refused(
-    tmp_path: Path, short_dir: Path, mode: str, expected: str
-) -> None:
-    """0660: the kernel refuses nobody; 0666 (a mistake): the SO_PEERCRED check still does."""
-    short_dir.chmod(0o755)
+@pytest.mark.parametrize("mode", ["0660", "0666"])
+def test_a_uid_outside_the_group_cannot_even_connect(tmp_path: Path, short_dir: Path, mode: str) -> None:
+    """The folder (0750) keeps strangers out even when the socket itself is made 0666 by mistake."""
     with Appliance(tmp_path, short_dir, api={"mode": mode}) as running:
-        result = subprocess.run(
-            [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                sys.executable,
-                "-c",
-                _AS_NOBODY,
-                str(running.socket),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=REPO,
-            timeout=60,
-        )
-        assert result.stdout.split(" ", 1)[0] == expected, result.stdout + result.stderr
-        if expected == "PERMISSION_DENIED":
-            assert "not in group" in result.stdout
-        with running.client() as client:  # root still is
+        stranger = _as_uid_65534(running.socket, "--clear-groups")
+        assert stranger.startswith(f"refused {errno.EACCES}"), stranger
+        member = _as_uid_65534(running.socket, f"--groups={os.getgid()}")
+        assert member.startswith("OK"), member
+        with running.client() as client:  # root still is served
             assert client.status().version
 
 

@@ -33,6 +33,9 @@ def _error(error: grpc.RpcError, target: str) -> ApiError:
             "is the daemon running (systemctl status ocr-appliance)? "
             "is this user in the socket's group? (--socket PATH for another place)"
         )
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        # grpcio's own words for a request over the server's receive limit.
+        details = f"{details}\nthe request is larger than the daemon accepts (api.max_message_bytes)"
     return ApiError(code.name, details)
 
 

@@ -1,16 +1,16 @@
-"""The control API server: appliance.v1 over a unix socket, with health and reflection.
+"""The control API server: grpcio's asyncio server on a unix socket, with health and reflection.
 
-The socket is a path (not abstract), so its mode and group decide who may connect, and
-PrivateNetwork=yes under systemd leaves it working. Each accepted connection's SO_PEERCRED is
-checked as well, so a socket made world-writable by mistake still refuses strangers: root, the
-daemon's own user and members of the configured group are served; anyone else gets
-PERMISSION_DENIED on every call. Optional TCP listens on loopback only and only with TLS.
+Who may connect is decided by the file system, as for docker.sock: the socket has mode 0660 and
+the group `api.group`, inside a folder that only its owner and that group may enter (0750). The
+peer's uid cannot be checked per call: grpcio's server owns the accepted sockets and does not
+expose SO_PEERCRED. The server runs on its own thread and event loop, so open streams and calls
+that never finish hold no thread. Optional TCP listens on loopback only and only with TLS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
 import grp
 import ipaddress
 import logging
@@ -18,230 +18,56 @@ import os
 import socket
 import ssl
 import stat
-import struct
 import threading
-from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from appliance.api import convert
-from appliance.api.transport import Authorizer, HandlerRegistry, RpcServer
-from appliance.api.v1 import appliance_pb2 as pb
-from appliance.api.v1 import appliance_pb2_grpc as pb_grpc
+from appliance.api.service import MAX_WATCHERS, SERVICE, ApplianceServicer, handler
 from appliance.config import ApiConfig
-from appliance.control import Control, ControlError
+from appliance.control import Control
 from appliance.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SERVICE = "appliance.v1.Appliance"
-MAX_WATCHERS = 32
+__all__ = ["MAX_WATCHERS", "SERVICE", "ApiServer", "prepare_socket_path"]
+
+MAX_CALLS = 1024  # calls at once, all connections together; beyond: RESOURCE_EXHAUSTED at once
+MAX_STREAMS_PER_CONNECTION = 100
 _UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+; Python names it from 3.13 on
-_POLL_SECONDS = 1.0  # how long one WatchEvents long poll waits; bounds how late a disconnect is seen
-
-P = ParamSpec("P")
-R = TypeVar("R")
+_REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 
 
-def _mapped(method: Callable[P, R]) -> Callable[P, R]:
-    """Turn Control's errors into gRPC status codes; the message says what to do."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        context = args[2]
-        assert isinstance(context, grpc.ServicerContext)
-        try:
-            return method(*args, **kwargs)
-        except ControlError as error:
-            context.abort(grpc.StatusCode[error.code], str(error))
-        except ValueError as error:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-
-    return wrapper
-
-
-class ApplianceServicer(pb_grpc.ApplianceServicer):
-    """appliance.v1.Appliance on top of `Control`."""
-
-    def __init__(self, control: Control, stopping: threading.Event) -> None:
-        self._control = control
-        self._stopping = stopping
-        self._watchers = threading.BoundedSemaphore(MAX_WATCHERS)
-
-    @_mapped
-    def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext) -> pb.GetStatusResponse:
-        return convert.status(self._control.status())
-
-    @_mapped
-    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsResponse:
-        page_size = request.page_size or 100
-        if not 1 <= page_size <= 1000:
-            raise ValueError(f"page_size must be 1..1000 (got {request.page_size})")
-        offset = 0
-        if request.page_token:
-            if not request.page_token.isdigit() or len(request.page_token) > 12:
-                raise ValueError("page_token is not one this server gave; start again without it")
-            offset = int(request.page_token)
-        since = convert.seconds(request.since) if request.HasField("since") else None
-        jobs = self._control.list_jobs(
-            state=convert.job_state_from(request.state),
-            folder=request.folder or None,
-            since=since,
-            limit=page_size,
-            offset=offset,
-        )
-        next_token = str(offset + len(jobs)) if len(jobs) == page_size else ""
-        return pb.ListJobsResponse(jobs=[convert.job(j) for j in jobs], next_page_token=next_token)
-
-    @_mapped
-    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
-        if not request.job_id:
-            raise ValueError("job_id is required; list jobs with `ocr-appliance jobs`")
-        return convert.job_detail(self._control.get_job(request.job_id))
-
-    def WatchEvents(
-        self, request: pb.WatchEventsRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.JobEvent]:
-        if request.after_seq < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_seq must not be negative")
-        # Each watcher holds a server thread while it waits: bound them, so watchers cannot starve
-        # status calls.
-        if not self._watchers.acquire(blocking=False):
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{MAX_WATCHERS} event watchers are connected; close one and retry",
-            )
-        try:
-            after = self._newest_seq() if request.only_new else request.after_seq
-            while context.is_active() and not self._stopping.is_set():
-                remaining = context.time_remaining()
-                if remaining is not None and remaining <= 0:
-                    return
-                wait = _POLL_SECONDS if remaining is None else min(_POLL_SECONDS, remaining)
-                for transition in self._control.events(after, wait_seconds=wait, limit=500):
-                    after = transition.seq
-                    if not request.job_id or transition.job_id == request.job_id:
-                        yield convert.event(transition)
-        finally:
-            self._watchers.release()
-
-    def _newest_seq(self) -> int:
-        return self._control.latest_seq()
-
-    @_mapped
-    def Reprocess(self, request: pb.ReprocessRequest, context: grpc.ServicerContext) -> pb.ReprocessResponse:
-        target = request.WhichOneof("target")
-        if target is None or not getattr(request, target):
-            raise ValueError("give a job_id or a sha256 of the document to read again")
-        if request.engine:
-            engines = sorted(engine.name for engine in self._control.status().engines)
-            if request.engine not in engines:
-                raise ValueError(
-                    f"engine {request.engine!r} is not running here (running: {', '.join(engines)}); "
-                    "change engine.name in the config and reload to use another"
-                )
-        job = self._control.reprocess(
-            job_id=request.job_id if target == "job_id" else None,
-            sha256=request.sha256.lower() if target == "sha256" else None,
-            profile=request.profile or None,
-        )
-        return pb.ReprocessResponse(job=convert.job(job))
-
-    @_mapped
-    def Pause(self, request: pb.PauseRequest, context: grpc.ServicerContext) -> pb.StateResponse:
-        return pb.StateResponse(state=convert.daemon_state(self._control.pause()))
-
-    @_mapped
-    def Resume(self, request: pb.ResumeRequest, context: grpc.ServicerContext) -> pb.StateResponse:
-        return pb.StateResponse(state=convert.daemon_state(self._control.resume()))
-
-    @_mapped
-    def Drain(self, request: pb.DrainRequest, context: grpc.ServicerContext) -> pb.StateResponse:
-        return pb.StateResponse(state=convert.daemon_state(self._control.drain()))
-
-    @_mapped
-    def ReloadConfig(
-        self, request: pb.ReloadConfigRequest, context: grpc.ServicerContext
-    ) -> pb.ReloadConfigResponse:
-        applied, message = self._control.reload()
-        if not applied:
-            context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"{message}\nthe running configuration is kept; fix the file and reload again",
-            )
-        return pb.ReloadConfigResponse(applied=True, message=message)
-
-    @_mapped
-    def ListReview(
-        self, request: pb.ListReviewRequest, context: grpc.ServicerContext
-    ) -> pb.ListReviewResponse:
-        return pb.ListReviewResponse(items=[convert.review_item(i) for i in self._control.list_review()])
-
-    @_mapped
-    def ResolveReview(
-        self, request: pb.ResolveReviewRequest, context: grpc.ServicerContext
-    ) -> pb.ResolveReviewResponse:
-        if not request.job_id:
-            raise ValueError("job_id is required; list what waits with `ocr-appliance review list`")
-        text = request.text if request.HasField("text") else None
-        job = self._control.resolve_review(request.job_id, dict(request.fields), text)
-        return pb.ResolveReviewResponse(job=convert.job(job))
-
-    @_mapped
-    def GetMetrics(
-        self, request: pb.GetMetricsRequest, context: grpc.ServicerContext
-    ) -> pb.GetMetricsResponse:
-        return pb.GetMetricsResponse(metrics={str(k): float(v) for k, v in self._control.metrics().items()})
+def _options(config: ApiConfig) -> list[tuple[str, int]]:
+    """The server's limits: no idle or stuck connection stays forever, no message beyond the config's."""
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),  # what the client accepts
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.max_metadata_size", 16 * 1024),
+        # A connection without calls is closed after 5 minutes; one that does not finish its
+        # HTTP/2 greeting after 10 s.
+        ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
+        ("grpc.server_handshake_timeout_ms", 10 * 1000),
+        # The server pings every connection each minute and closes it when the ping is not
+        # answered within 20 s: a client that stopped reading cannot hold a stream for ever.
+        ("grpc.keepalive_time_ms", 60 * 1000),
+        ("grpc.keepalive_timeout_ms", 20 * 1000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        # Clients may ping at most every 10 s without calls; two strikes and the connection goes.
+        ("grpc.http2.min_ping_interval_without_data_ms", 10 * 1000),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.so_reuseport", 0),
+        ("grpc.enable_retries", 0),
+    ]
 
 
-# -- who may connect ----------------------------------------------------------------------------
-
-
-def _peer_groups(sock: socket.socket, pid: int) -> set[int]:
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 1024)
-        return set(struct.unpack(f"{len(raw) // 4}I", raw))
-    except OSError:
-        pass  # more than 256 groups (ERANGE) or an old kernel: ask /proc instead
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("Groups:"):
-                return {int(value) for value in line.split()[1:]}
-    return set()
-
-
-def peer_authorizer(group: str | None) -> Authorizer:
-    """Root, the daemon's own user and members of `group` (default: the daemon's group) may call."""
-    gid = grp.getgrnam(group).gr_gid if group else os.getgid()
-    name = group or _group_name(gid)
-    own_uid = os.getuid()
-
-    def authorize(sock: socket.socket) -> str | None:
-        pid, uid, primary = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid in (0, own_uid) or primary == gid or gid in _peer_groups(sock, pid):
-            return None
-        log.warning("api: refused uid %d (pid %d): not in group %s", uid, pid, name)
-        return (
-            f"permission denied: uid {uid} is not in group {name!r}; "
-            f"add the user to it (usermod -aG {name} USER, then log in again) or run as root"
-        )
-
-    return authorize
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-# -- sockets ------------------------------------------------------------------------------------
+# -- the socket and its folder ------------------------------------------------------------------
 
 
 def _serving(path: Path) -> bool:
@@ -259,11 +85,60 @@ def _serving(path: Path) -> bool:
     return True
 
 
-def bind_unix_socket(path: Path, mode: int, gid: int | None) -> socket.socket:
-    """A listening unix socket at `path` with `mode` and group, replacing a stale one atomically."""
-    if len(os.fsencode(path)) + 24 > _UNIX_PATH_MAX:  # room for the temporary name below
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _guard_folder(path: Path, gid: int) -> None:
+    """Make or check the socket's folder so that only its owner and group `gid` may enter it.
+
+    A missing folder is made 0750 with group `gid`. A folder of the socket's own (it is ours and
+    holds nothing else) is set so. Any other folder (shared, like /run or /tmp) is never changed:
+    it is refused if every user may enter it.
+    """
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        pass
+    else:
+        try:
+            os.chown(folder, -1, gid)
+        except PermissionError:
+            raise ConfigError(
+                f"api.socket {path}: cannot give {folder} the group {_group_name(gid)}; "
+                "the daemon's user must be a member of api.group"
+            ) from None
+        folder.chmod(0o750)
+        return
+    info = folder.stat()
+    ours = {path.name, _temporary(path).name}
+    own = info.st_uid == os.geteuid() and all(entry.name in ours for entry in folder.iterdir())
+    if own and (stat.S_IMODE(info.st_mode) != 0o750 or info.st_gid != gid):
+        with contextlib.suppress(PermissionError):  # not a member of the group: checked below
+            os.chown(folder, -1, gid)
+        folder.chmod(0o750)
+        info = folder.stat()
+    if info.st_mode & stat.S_IXOTH:
+        raise ConfigError(
+            f"api.socket {path}: every user may enter {folder} (mode {stat.S_IMODE(info.st_mode):04o}); "
+            "give the socket a folder of its own (it is created with mode 0750), "
+            f"or chmod o-rwx {folder}"
+        )
+    if info.st_gid != gid:
+        log.warning(
+            "api: members of group %s cannot reach %s: its folder belongs to group %s",
+            _group_name(gid),
+            path,
+            _group_name(info.st_gid),
+        )
+
+
+def prepare_socket_path(path: Path, gid: int) -> Path:
+    """Check the place of the socket and guard its folder; return the name to bind first."""
+    if len(os.fsencode(path)) + 24 > _UNIX_PATH_MAX:  # room for the temporary name
         raise ConfigError(f"api.socket {path}: the path is too long for a unix socket (at most ~80 bytes)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _guard_folder(path, gid)
     if path.is_symlink() or path.exists():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise ConfigError(
@@ -275,97 +150,160 @@ def bind_unix_socket(path: Path, mode: int, gid: int | None) -> socket.socket:
                 "stop it or set api.socket"
             )
         log.info("api: replacing the stale socket %s left by an earlier run", path)
-    # Bound under a temporary name, given its mode and group, then renamed over the final name:
-    # the final path never exists with the umask's mode, and a stale socket is replaced in one step.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = _temporary(path)
     temporary.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    return temporary
+
+
+def _publish(temporary: Path, path: Path, mode: int, gid: int) -> None:
+    """Give the bound socket its mode and group, then rename it over the final name.
+
+    The final path never exists with the umask's mode, and a stale socket is replaced in one step.
+    """
     try:
-        sock.bind(str(temporary))
         temporary.chmod(mode)
-        if gid is not None:
-            os.chown(temporary, -1, gid)
-        sock.listen(128)
+        os.chown(temporary, -1, gid)
         temporary.replace(path)
     except OSError as error:
-        sock.close()
         temporary.unlink(missing_ok=True)
         raise ConfigError(f"api.socket {path}: cannot listen there: {error.strerror}") from None
-    return sock
 
 
-def _tcp_socket(config: ApiConfig.Tcp) -> tuple[socket.socket, ssl.SSLContext]:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["h2"])
+def _group_name(gid: int) -> str:
     try:
-        context.load_cert_chain(config.cert, config.key)
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _tls(config: ApiConfig.Tcp) -> tuple[str, grpc.ServerCredentials]:
+    try:
+        # ssl checks that key and certificate belong together, with a message grpcio does not give.
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(config.cert, config.key)
+        key, cert = config.key.read_bytes(), config.cert.read_bytes()
     except (OSError, ssl.SSLError) as error:
         raise ConfigError(
             f"api.tcp: cannot load the certificate {config.cert} or key {config.key}: {error}"
         ) from None
     host = "127.0.0.1" if config.host == "localhost" else config.host
-    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, config.port))
-    except OSError as error:
-        sock.close()
-        raise ConfigError(f"api.tcp: cannot listen on {host}:{config.port}: {error.strerror}") from None
-    sock.listen(128)
-    return sock, context
+    address = f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    return f"{address}:{config.port}", grpc.ssl_server_credentials([(key, cert)])
+
+
+def _reflection_v1(servicer: Any) -> grpc.GenericRpcHandler:
+    """Reflection v1 as well: grpcurl asks it first; its messages are v1alpha's, field for field."""
+    method = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    return grpc.method_handlers_generic_handler(_REFLECTION_V1, {"ServerReflectionInfo": method})
+
+
+# -- the server ---------------------------------------------------------------------------------
 
 
 class ApiServer:
     """The control API of one daemon: `start()` after the daemon has started, `stop()` after it stopped."""
 
     def __init__(self, control: Control, config: ApiConfig) -> None:
+        self._control = control
         self._config = config
-        self._stopping = threading.Event()
-        self._health = health.HealthServicer()
-        registry = HandlerRegistry()
-        pb_grpc.add_ApplianceServicer_to_server(ApplianceServicer(control, self._stopping), registry)  # type: ignore[arg-type]
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, registry)  # type: ignore[arg-type]
+        self.socket_path = config.socket
+        self.tcp_port: int | None = None
+        self._inode: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._servicer: ApplianceServicer | None = None
+        # Reads are quick journal queries; commands wait (up to 30 s) for the daemon's loop.
+        self._reads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="api-read")
+        self._commands = ThreadPoolExecutor(max_workers=4, thread_name_prefix="api-command")
+
+    @property
+    def watchers(self) -> int:
+        """Event watchers connected now."""
+        return self._servicer.watchers if self._servicer else 0
+
+    def start(self) -> None:
+        gid = grp.getgrnam(self._config.group).gr_gid if self._config.group else os.getgid()
+        temporary = prepare_socket_path(self._config.socket, gid)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="api", daemon=True)
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(temporary, gid), self._loop).result(timeout=60)
+        except BaseException:
+            self._close_loop()
+            temporary.unlink(missing_ok=True)
+            raise
+        where = f"{self._config.socket}" + (f" and TLS on port {self.tcp_port}" if self.tcp_port else "")
+        log.info("control API on %s", where)
+
+    async def _start(self, temporary: Path, gid: int) -> None:
+        config = self._config
+        server = grpc.aio.server(options=_options(config), maximum_concurrent_rpcs=MAX_CALLS)
+        self._servicer = ApplianceServicer(self._control, self._reads, self._commands)
+        self._health = health.aio.HealthServicer()
+        server.add_generic_rpc_handlers((handler(self._servicer),))
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = (
             SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
-            "grpc.reflection.v1.ServerReflection",
+            _REFLECTION_V1,
         )
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(  # type: ignore[no-untyped-call]
-            reflection.ReflectionServicer(services), registry
-        )
-        # grpcurl asks reflection v1 first; its messages are v1alpha's, field for field.
-        registry.alias(reflection.SERVICE_NAME, "grpc.reflection.v1.ServerReflection")
-        self._server = RpcServer(registry, max_message_bytes=config.max_message_bytes)
-        self.socket_path = config.socket
-        self.tcp_port: int | None = None
-        self._inode: int | None = None
-
-    def start(self) -> None:
-        gid = grp.getgrnam(self._config.group).gr_gid if self._config.group else None
-        unix = bind_unix_socket(self._config.socket, int(self._config.mode, 8), gid)
-        self._inode = self._config.socket.stat().st_ino
-        self._server.add_listener(unix, authorize=peer_authorizer(self._config.group))
-        if self._config.tcp is not None:
-            tcp, context = _tcp_socket(self._config.tcp)
-            self.tcp_port = int(tcp.getsockname()[1])
-            self._server.add_listener(tcp, ssl_context=context)
+        reflection.enable_server_reflection(services, server)
+        server.add_generic_rpc_handlers((_reflection_v1(reflection.aio.ReflectionServicer(services)),))
+        try:
+            server.add_insecure_port(f"unix:{temporary}")
+        except RuntimeError as error:
+            raise ConfigError(f"api.socket {config.socket}: cannot listen there: {error}") from None
+        _publish(temporary, config.socket, int(config.mode, 8), gid)
+        self._inode = config.socket.stat().st_ino
+        if config.tcp is not None:
+            address, credentials = _tls(config.tcp)
+            try:
+                self.tcp_port = server.add_secure_port(address, credentials)
+            except RuntimeError as error:
+                raise ConfigError(f"api.tcp: cannot listen on {address}: {error}") from None
+        self._server = server
+        await server.start()
         for name in ("", SERVICE):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._server.start()
-        where = f"{self._config.socket}" + (f" and TLS on port {self.tcp_port}" if self.tcp_port else "")
-        log.info("control API on %s", where)
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     def stop(self, grace: float = 2.0) -> None:
-        self._stopping.set()
-        self._health.enter_graceful_shutdown()
-        self._server.stop(grace)
+        loop = self._loop
+        if loop is None:
+            return
+        if self._servicer is not None:
+            self._servicer.stopping = True
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._stop(grace), loop).result(timeout=grace + 30)
+        self._close_loop()
         # Remove the socket only if it is still ours: a new daemon may already have replaced it.
         with contextlib.suppress(OSError):
             if self._inode is not None and self._config.socket.stat().st_ino == self._inode:
                 self._config.socket.unlink()
+
+    async def _stop(self, grace: float) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    def _close_loop(self) -> None:
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        if not thread.is_alive():
+            loop.close()
+        self._reads.shutdown(wait=False, cancel_futures=True)
+        self._commands.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> ApiServer:
         self.start()
