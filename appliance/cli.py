@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -211,26 +212,23 @@ def _install_signal_handlers(stop: threading.Event, reload: threading.Event) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its ExitCode."""
-    from appliance import cli_api
     from appliance.logging_setup import setup_logging
 
     args = _parser().parse_args(argv)
     setup_logging("INFO" if args.command == "run" else "WARNING")
     stop = threading.Event()
     reload = threading.Event()
-    _install_signal_handlers(stop, reload)
+    # The daemon's handlers (finish the page, then stop; SIGHUP reloads) only where a loop checks
+    # `stop`: the daemon, and `process` between pages. Elsewhere (watch, status...) Ctrl-C must act
+    # at once, which Python's default KeyboardInterrupt does.
+    if args.command in ("run", "process"):
+        _install_signal_handlers(stop, reload)
     try:
-        if args.command in cli_api.COMMANDS:
-            return cli_api.run(args)
-        if args.command == "config":
-            return _cmd_config_check(args)
-        if args.command == "audit":
-            return _cmd_audit_verify(args)
-        if args.command == "models":
-            return _cmd_models_verify(args)
-        if args.command == "process":
-            return _cmd_process(args, stop)
-        return _cmd_run(args, stop, reload)
+        code = _dispatch(args, stop, reload)
+        sys.stdout.flush()  # a closed pipe shows here for output still in the buffer
+        return code
+    except BrokenPipeError:
+        return _broken_pipe()
     except ConfigError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return ExitCode.CONFIG_INVALID
@@ -239,3 +237,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.MODEL_INVALID
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace, stop: threading.Event, reload: threading.Event) -> ExitCode:
+    from appliance import cli_api
+
+    if args.command in cli_api.COMMANDS:
+        return cli_api.run(args)
+    if args.command == "config":
+        return _cmd_config_check(args)
+    if args.command == "audit":
+        return _cmd_audit_verify(args)
+    if args.command == "models":
+        return _cmd_models_verify(args)
+    if args.command == "process":
+        return _cmd_process(args, stop)
+    return _cmd_run(args, stop, reload)
+
+
+def _broken_pipe() -> ExitCode:
+    """The reader went away (`jobs --json | head`): stop quietly, as Unix tools do.
+
+    Python's recipe (the signal module's docs, "Note on SIGPIPE"): point stdout at /dev/null so the
+    interpreter's last flush at exit does not raise again and print a traceback.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return ExitCode.BROKEN_PIPE

@@ -1,16 +1,17 @@
 """The CLI commands that talk to a running daemon over its control API.
 
 `ocr-appliance status | jobs | job ID | watch | pause | resume | drain | reprocess | review list |
-review resolve | reload | metrics`. Each reads the socket from --socket, else $OCR_APPLIANCE_SOCKET,
-else /run/ocr-appliance/api.sock. Tables for people, --json for scripts (protobuf's JSON mapping,
-field names as in the .proto).
+review resolve | reload | metrics`. Each finds the socket as the daemon chose it (appliance.cli_socket:
+--socket, else --config's api.socket, $OCR_APPLIANCE_SOCKET, the installed and the `make run`
+defaults, whichever exists). Tables for people, --json for scripts (protobuf's JSON mapping,
+field names as in the .proto). The daemon's refusals exit with their own code (API_* in ExitCode).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from appliance import cli_socket
 from appliance.errors import ExitCode
 
 COMMANDS = (
@@ -37,17 +39,35 @@ COMMANDS = (
     "metrics",
 )
 _STATES = ("queued", "running", "done", "review", "failed")
+# The daemon's refusals by gRPC status code; anything else is API_FAILED (1 stays for our bugs).
+_EXIT_BY_CODE = {
+    "UNAVAILABLE": ExitCode.API_UNREACHABLE,
+    "DEADLINE_EXCEEDED": ExitCode.API_UNREACHABLE,
+    "NOT_FOUND": ExitCode.API_NOT_FOUND,
+    "INVALID_ARGUMENT": ExitCode.API_INVALID_ARGUMENT,
+    "PERMISSION_DENIED": ExitCode.API_PERMISSION_DENIED,
+    "UNAUTHENTICATED": ExitCode.API_PERMISSION_DENIED,
+    "FAILED_PRECONDITION": ExitCode.API_FAILED_PRECONDITION,
+}
 
 
-def _socket_default() -> Path:
-    return Path(os.environ.get("OCR_APPLIANCE_SOCKET", "/run/ocr-appliance/api.sock"))
+def exit_code_for(code: str) -> ExitCode:
+    """The exit status for an API error's gRPC code name."""
+    return _EXIT_BY_CODE.get(code, ExitCode.API_FAILED)
 
 
 def register(commands: Any) -> None:
     """Add the API commands to the `ocr-appliance` subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--socket", type=Path, default=None, help="the API socket (default $OCR_APPLIANCE_SOCKET or /run/...)"
+        "--socket", type=Path, default=None, help="the API socket (default: found as the daemon chose it)"
+    )
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="find the socket in this config's api.socket",
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for an answer")
     as_json = argparse.ArgumentParser(add_help=False)
@@ -91,7 +111,13 @@ def run(args: argparse.Namespace) -> ExitCode:
     """Run one API command; errors from the daemon are printed with what to do."""
     from appliance.api.client import ApiError, Client
 
-    socket = args.socket or _socket_default()
+    places = cli_socket.candidates(args.socket, args.config)
+    chosen = cli_socket.choose(places)
+    if chosen is None:
+        print(f"{args.command}: cannot reach the appliance: no socket exists", file=sys.stderr)
+        print(cli_socket.looked_at(places), file=sys.stderr)
+        print("is the daemon running? (--socket PATH or --config FILE for another place)", file=sys.stderr)
+        return ExitCode.API_UNREACHABLE
     handlers: dict[str, Callable[[Client, argparse.Namespace], ExitCode]] = {
         "status": _status,
         "jobs": _jobs,
@@ -105,14 +131,16 @@ def run(args: argparse.Namespace) -> ExitCode:
         "reprocess": _reprocess,
         "review": _review,
     }
-    with Client(socket, timeout=args.timeout) as client:
+    with Client(chosen.path, timeout=args.timeout) as client:
         try:
             return handlers[args.command](client, args)
         except ApiError as error:
             print(f"{args.command}: {error.code}: {error.message}", file=sys.stderr)
+            if error.code == "UNAVAILABLE" and len(places) > 1:
+                print(cli_socket.looked_at(places), file=sys.stderr)
             if args.command == "reload" and error.code == "FAILED_PRECONDITION":
                 return ExitCode.CONFIG_INVALID
-            return ExitCode.INTERNAL_ERROR
+            return exit_code_for(error.code)
         except ValueError as error:
             print(f"{args.command}: {error}", file=sys.stderr)
             return ExitCode.USAGE
@@ -314,9 +342,24 @@ def _progress(status: Any, started_done: int, width: int) -> str:
     )
 
 
+class _TerminatedError(Exception):
+    """SIGTERM while watching: ends the watch like Ctrl-C does."""
+
+
+def _on_terminate(_signum: int, _frame: object) -> None:
+    raise _TerminatedError
+
+
 def _watch(client: Any, args: argparse.Namespace) -> ExitCode:
+    """Follow transitions until Ctrl-C or SIGTERM, either of which ends the watch with exit 0."""
     from appliance.api.client import Client
 
+    # Ctrl-C raises KeyboardInterrupt (Python's default handler); SIGTERM would otherwise kill the
+    # process without printing the last newline. grpc's blocking iterator wakes for both.
+    signal.signal(signal.SIGTERM, _on_terminate)
+    job_id = args.job
+    if job_id and len(job_id) < 32:  # the stream filters by the full id: the daemon resolves a prefix
+        job_id = client.get_job(job_id).job.id
     status = client.status()
     started_done = sum(status.queue.get(s, 0) for s in ("done", "review", "failed"))
     interactive = sys.stdout.isatty()
@@ -325,7 +368,7 @@ def _watch(client: Any, args: argparse.Namespace) -> ExitCode:
     # The stream has no deadline; a second channel answers status calls for the bar meanwhile.
     with Client(client.target.removeprefix("unix:"), timeout=args.timeout) as side:
         try:
-            for event in client.watch(max(args.after, 0), args.job, only_new=args.after < 0):
+            for event in client.watch(max(args.after, 0), job_id, only_new=args.after < 0):
                 line = (
                     f"{_when(event.at)}  #{event.seq}  {event.job_id[:8]}  "
                     f"{_job_state_name(event.from_state)} -> {_job_state_name(event.to_state)}"
@@ -338,7 +381,7 @@ def _watch(client: Any, args: argparse.Namespace) -> ExitCode:
                         print(_progress(side.status(), started_done, width), end="", flush=True)
                 else:
                     print(line, flush=True)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _TerminatedError):
             pass
     if interactive:
         print()

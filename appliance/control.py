@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Job ids are 32 hex digits (uuid4); people copy the 8 that `jobs` and `review list` print.
+JOB_ID_LENGTH = 32
+MIN_PREFIX = 4
+_HEX = frozenset("0123456789abcdef")
+_SHOWN_CANDIDATES = 10
+
 
 class ControlError(Exception):
     """A request the daemon refuses; `code` maps to a gRPC status code."""
@@ -160,7 +166,48 @@ class Control:
             page += 1
         return matched
 
+    def resolve_job_id(self, job_id: str) -> str:
+        """The full id of the one job whose id starts with `job_id` (at least 4 hex digits).
+
+        NotFoundError when no job matches; InvalidArgumentError, listing the candidates, when
+        several do, or when the prefix is too short to mean anything.
+        """
+        text = job_id.strip().lower()
+        if not set(text) <= _HEX or len(text) > JOB_ID_LENGTH:
+            return job_id  # text no id starts with: the lookup says NOT_FOUND
+        if len(text) == JOB_ID_LENGTH:
+            return text
+        if len(text) < MIN_PREFIX:
+            raise InvalidArgumentError(
+                f"{job_id!r} is too short: give the job id or its first {MIN_PREFIX} or more digits"
+            )
+        matches = self._jobs_with_prefix(text)
+        if not matches:
+            raise NotFoundError(f"no job id starts with {text!r}; list jobs with `ocr-appliance jobs`")
+        if len(matches) > 1:
+            shown = "; ".join(
+                f"{job.id} ({job.name}, {job.state.value})" for job in matches[:_SHOWN_CANDIDATES]
+            )
+            more = len(matches) - _SHOWN_CANDIDATES
+            raise InvalidArgumentError(
+                f"{len(matches)} jobs start with {text!r}, give more digits: {shown}"
+                + (f"; and {more} more" if more > 0 else "")
+            )
+        return matches[0].id
+
+    def _jobs_with_prefix(self, prefix: str) -> list[Job]:
+        # The journal has no prefix query; a page at a time keeps its lock short. Only ids shorter
+        # than 32 digits come here, so a script that passes full ids never pays for the scan.
+        journal = self._daemon.journal
+        matches: list[Job] = []
+        offset = 0
+        while batch := journal.jobs(limit=1000, offset=offset):
+            matches.extend(job for job in batch if job.id.startswith(prefix))
+            offset += len(batch)
+        return matches
+
     def get_job(self, job_id: str) -> JobDetail:
+        job_id = self.resolve_job_id(job_id)
         job = self._daemon.journal.get(job_id)
         if job is None:
             raise NotFoundError(f"no job {job_id!r}; list jobs with `ocr-appliance jobs`")
@@ -206,9 +253,12 @@ class Control:
     ) -> Job:
         if (job_id is None) == (sha256 is None):
             raise InvalidArgumentError("give exactly one of a job id or a sha256")
+        if job_id is not None:
+            job_id = self.resolve_job_id(job_id)
         return self._call(lambda: self._daemon.reprocess(job_id=job_id, sha256=sha256, profile=profile))
 
     def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
+        job_id = self.resolve_job_id(job_id)
         return self._call(lambda: self._daemon.resolve_review(job_id, fields, text))
 
     def _call(self, function: Callable[[], T]) -> T:
