@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=get_args(OutputFormat),
         help="output format (repeatable; default: config)",
     )
+    process.add_argument(
+        "--profile",
+        default="default",
+        help="the profile whose preprocessing, cascade and routing to use (default: default)",
+    )
 
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -117,17 +122,23 @@ def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
 def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     from appliance.engines.factory import build_engine
     from appliance.outputs.writer import write_outputs
-    from appliance.pipeline.process import DocumentProcessor
+    from appliance.pipeline.process import DocumentProcessor, route_document
     from appliance.pipeline.rasterize import Rasterizer
+    from appliance.review import SiteDictionary
 
     config = _load_checked(args.config)
     formats: tuple[OutputFormat, ...] = tuple(args.format) if args.format else config.outputs.formats
+    if args.profile not in config.profiles:
+        raise ConfigError(f"no profile {args.profile!r}; the config has {', '.join(sorted(config.profiles))}")
     engine = build_engine(config.engine)
-    # One-shot reads use the default profile's preprocessing and the configured repair rules, like
-    # the daemon, so the same file gives the same result either way (routing is the daemon's).
-    default = config.profiles["default"]
+    # One-shot reads use a profile's preprocessing, cascade and routing and the configured repair
+    # rules and site dictionary, like the daemon, so the same file gives the same result and route
+    # either way: a site tries its routing on samples before going live. Nothing is moved to a
+    # review folder; the route is in the results and on stdout.
+    profile = config.profiles[args.profile]
+    site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json").load()
     processor = DocumentProcessor(
-        engine, Rasterizer(config.rasterize), config.repair, default.preprocess, default.cascade
+        engine, Rasterizer(config.rasterize), config.repair, profile.preprocess, profile.cascade
     )
     failed = 0
     for path in args.files:
@@ -137,6 +148,7 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
             if not path.is_file():
                 raise DocumentError.missing(path)
             document = processor.process(path, should_stop=stop.is_set)
+            decision = route_document(document, profile.routing, site_dictionary)
         except InterruptedError:
             return ExitCode.INTERRUPTED
         except DocumentError as error:
@@ -149,8 +161,9 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
             print(f"{path}: cannot write results to {args.out}: {error}", file=sys.stderr)
             return ExitCode.OUTPUT_FAILED
         confidence = "n/a" if document.confidence is None else f"{document.confidence:.3f}"
+        why = f" ({'; '.join(decision.reasons)})" if decision.reasons else ""
         print(
-            f"{path}: {len(document.pages)} page(s), confidence {confidence} -> "
+            f"{path}: {len(document.pages)} page(s), confidence {confidence}, route {decision.route}{why} -> "
             + ", ".join(str(p) for p in written.values())
         )
     return ExitCode.DOCUMENT_FAILED if failed else ExitCode.OK

@@ -63,3 +63,42 @@ def test_unsupported_file_fails_before_the_engine_runs(tmp_path: Path) -> None:
         DocumentProcessor(engine, Rasterizer(RasterizeConfig())).process(path)
     assert raised.value.reason is FailureReason.UNSUPPORTED_FORMAT
     assert engine.pages_seen == 0
+
+
+def test_route_document_gives_the_daemons_route_and_reasons(tmp_path: Path) -> None:
+    from appliance.config import RoutingConfig
+    from appliance.pipeline.process import route_document
+
+    path = _tiff(tmp_path / "scan.tif", 1)
+    unsure = DocumentProcessor(FixedTextEngine("TOTAL 9.00", 0.4), Rasterizer(RasterizeConfig())).process(
+        path
+    )
+    decision = route_document(unsure, RoutingConfig(audit_rate=0.0))
+    assert decision.route == "review"
+    assert unsure.routing == {"route": "review", "reasons": decision.reasons}
+    assert any("below 0.85" in reason for reason in decision.reasons)
+    sure = DocumentProcessor(FixedTextEngine("TOTAL 9.00", 0.99), Rasterizer(RasterizeConfig())).process(path)
+    assert route_document(sure, RoutingConfig(audit_rate=0.0)).route == "done"
+    assert sure.routing == {"route": "done", "reasons": []}
+
+
+def test_process_command_writes_the_route_into_its_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from appliance.cli import main
+    from appliance.engines import factory
+
+    monkeypatch.setattr(factory, "build_engine", lambda *_args, **_kw: FixedTextEngine("HELLO", 0.4))
+    config = tmp_path / "config.yaml"
+    routing = "profiles:\n  default:\n    routing:\n      audit_rate: 0.0\n"
+    config.write_text(f"paths:\n  state_dir: {tmp_path / 'state'}\n{routing}", encoding="utf-8")
+    path = _tiff(tmp_path / "scan.tif", 1)
+    out = tmp_path / "out"
+    assert main(["process", str(path), "--out", str(out), "--config", str(config)]) == 0
+    result = json.loads((out / "scan.tif.json").read_text(encoding="utf-8"))
+    assert result["routing"]["route"] == "review"
+    assert any("mean character confidence" in reason for reason in result["routing"]["reasons"])
+    assert "route review" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["scan.tif.json", "scan.tif.txt"]  # nothing moved

@@ -1,4 +1,4 @@
-"""Reads one input file into a Document: hash, rasterize page by page, engine, reading order."""
+"""Reads one input file into a Document: hash, rasterize page by page, engine, reading order; routes it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance import __version__
-from appliance.config import CascadeConfig, PreprocessConfig, RepairConfig
+from appliance.config import CascadeConfig, PreprocessConfig, RepairConfig, RoutingConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
 from appliance.engines.factory import vlm_of
@@ -19,8 +19,25 @@ from appliance.pipeline.cascade import Cascade
 from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
 from appliance.repair.step import repair_document
+from appliance.routing import Decision, decide
 
 log = logging.getLogger(__name__)
+
+
+def route_document(
+    document: Document, routing: RoutingConfig, site_dictionary: dict[str, dict[str, str]] | None = None
+) -> Decision:
+    """Route a read document as the daemon does: the site's learned corrections first, then decide.
+
+    Sets `document.routing`, so the results say where the daemon would send the document; moving
+    it to a review or audit folder is the caller's business (the daemon's, never a one-shot read).
+    """
+    from appliance.review import apply_site_dictionary  # loads OpenCV; only routed reads need it
+
+    apply_site_dictionary(document, site_dictionary or {})
+    decision = decide(document, routing)
+    document.routing = decision.to_dict()
+    return decision
 
 
 class DocumentProcessor:
