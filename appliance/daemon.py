@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import jsonschema
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
@@ -53,6 +54,7 @@ from appliance.intake.stability import FileStabilityTracker
 from appliance.intake.watch import make_observer
 from appliance.journal import Job, JobState, Journal
 from appliance.outputs.atomic import fsync_directory, write_atomic
+from appliance.outputs.reissue import reissue
 from appliance.outputs.writer import output_paths
 from appliance.review import (
     CORRECTED_FILE,
@@ -632,15 +634,34 @@ class Daemon:
         earlier = self.journal.find_done_by_sha256(job.sha256)
         if earlier is None or earlier.id == job.id:
             return
-        sources = {fmt: Path(path) for fmt, path in earlier.outputs.items() if fmt != "original"}
-        if not sources or not all(path.is_file() for path in sources.values()):
-            return  # the earlier results are gone: read it again
+        stored = earlier.outputs.get("json")
+        if not stored or not Path(stored).is_file():
+            return  # no stored result to issue again: read it again
         folder = self._folder_by_source[job.source_folder]
         output_dir, stem = self._output_location(job, folder)
-        targets = output_paths(output_dir, stem, sources)
-        for fmt, source in sources.items():
-            write_atomic(targets[fmt], source.read_bytes(), self._output_mode)
-            self._apply_group(targets[fmt])
+        # Under the new file's name, in every format the profile asks for now, rendered from the
+        # stored result (the searchable PDF from this file's own pages: the same bytes).
+        try:
+            targets = reissue(
+                Path(stored),
+                Path(job.spool_path),
+                name=job.name,
+                source_path=str(folder.path / job.relative_path),
+                output_dir=output_dir,
+                stem=stem,
+                formats=self._config.formats_for(job.profile),
+                mode=self._output_mode,
+            )
+        except (OSError, ValueError, KeyError, TypeError, jsonschema.ValidationError) as error:
+            log.warning(
+                "%s: the result of job %s cannot be issued again (%s); reading it",
+                job.name,
+                earlier.id,
+                error,
+            )
+            return
+        for target in targets.values():
+            self._apply_group(target)
         finished = self.journal.finish(
             job.id,
             JobState.DONE,

@@ -38,6 +38,13 @@ def output_paths(output_dir: Path, stem: str, formats: Iterable[str]) -> dict[st
     return {fmt: output_dir / f"{stem}{_RENDERERS[fmt][0]}" for fmt in formats}
 
 
+def render_formats(
+    document: Document, formats: Iterable[str], source_path: Path | None = None
+) -> dict[str, bytes]:
+    """Each format's bytes; `source_path` as for write_outputs."""
+    return {fmt: _RENDERERS[fmt][1](document, source_path) for fmt in formats}
+
+
 def write_outputs(
     document: Document,
     output_dir: Path,
@@ -55,7 +62,7 @@ def write_outputs(
     `source_path` is the input file the document was read from; the searchable PDF ("pdf")
     needs it for the page images and raises ValueError without it.
     """
-    rendered = {fmt: _RENDERERS[fmt][1](document, source_path) for fmt in formats}
+    rendered = render_formats(document, formats, source_path)
     paths = output_paths(output_dir, stem, rendered)
     for fmt, data in rendered.items():
         write_atomic(paths[fmt], data, mode)
