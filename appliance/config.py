@@ -42,9 +42,25 @@ class PrecisionConfig(_Strict):
     rec: Precision = "fp32"
 
 
+ModelSet = Literal["ppocrv6_small", "ppocrv5_mobile"]
+
+
+class SecondReaderConfig(_Strict):
+    """A second recogniser that reads again the lines the first one is unsure of.
+
+    Two recognisers trained apart err on different lines; each unsure line keeps whichever read
+    is the more confident, so the second costs time only on the lines that need it.
+    """
+
+    models: ModelSet = "ppocrv5_mobile"  # the set whose recogniser (and dictionary) reads again
+    min_confidence: StrictFloat = Field(default=0.9, gt=0, le=1)  # lines read below this go to it
+
+
 class PpocrOnnxConfig(_Strict):
     """Settings of the PP-OCRv5 ONNX engine."""
 
+    # The built-in model set (appliance/engines/manifests/NAME.json); `manifest` replaces it.
+    models: ModelSet = "ppocrv6_small"
     model_dir: Path | None = None
     manifest: Path | None = None
     provider: Literal["auto", "cpu", "cuda"] = "auto"
@@ -83,6 +99,7 @@ class PpocrOnnxConfig(_Strict):
     use_line_orientation: StrictBool = True
     orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
+    second_reader: SecondReaderConfig | None = None
 
 
 VlmFamily = Literal["paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "smolvlm"]
@@ -295,6 +312,10 @@ class RepairConfig(_Strict):
 
     locale: str = Field(default="en-MY", pattern=r"^[a-zA-Z]{2,3}([-_][a-zA-Z0-9]{2,8})*$")
     field_profile: Literal["receipt", "none"] = "receipt"
+    # A page set gets receipt fields only when its content scores this high as a receipt
+    # (appliance/fields/classify.py: money words, amounts at line ends, short lines, a date);
+    # 0 extracts them from every document, as a folder that only ever receives receipts may want.
+    receipt_min_score: StrictFloat = Field(default=0.55, ge=0, le=1)
     review_threshold: StrictFloat = Field(default=0.8, ge=0, le=1)
     # "min": one unsure character makes an unsure field, whatever the field's length. "product"
     # calibrated a little better on SROIE (bench/fields_bench.py: ECE 0.13 vs 0.18) but falls with

@@ -1,13 +1,14 @@
 """Benchmark the appliance's OCR pipeline against Tesseract 5 on evaluation sets with ground truth.
 
 Usage: python -m bench.ocr_bench [--config FILE] [--limit N] [--json OUT] [--no-tesseract]
-                                 [--tesseract-lang LANG] [--variant SPEC ...] DATASET_DIR [...]
+                                 [--tesseract-lang LANG] [--variant SPEC ...] [--peer NAME ...]
+                                 [--no-peers] DATASET_DIR [...]
 
 `--variant` runs the appliance several times side by side, page by page in turn, so that the
 machine's load falls on all of them alike: SPEC is `int8` or `fp32` (every model), or a list
 such as `det=fp32,cls=int8,rec=int8`, optionally with `+threads=1`, `+det_limit=960` or any other
-engine.ppocr_onnx key (`+rec_min_width=160`, `+fold_affine=false`) or rasterize key
-(`+jpeg_draft_megapixels=0`).
+engine.ppocr_onnx key (`+rec_min_width=160`, `+fold_affine=false`, `+models=ppocrv5_mobile`,
+`+second_reader=ppocrv5_mobile@0.9`) or rasterize key (`+jpeg_draft_megapixels=0`).
 
 Each DATASET_DIR holds images/, gt/*.json (`image`, `lines` with `text` and `box`) and
 scoring.json (`case_insensitive`). The data is read in place and never copied.
@@ -16,8 +17,10 @@ Every page goes through our full pipeline (engine from the configuration, raster
 layout) via `DocumentProcessor.process`, and through `tesseract IMG stdout -l LANG tsv` with
 OMP_THREAD_LIMIT=1 (Tesseract's fastest setting on this machine, with byte-identical output).
 Scoring is described in bench/scoring.py; the primary CER orders GT and hypothesis lines by the
-same geometric rule. Speed: wall time per page (ours: `process()` including rasterising; the
-model load and one warm-up page are not counted; Tesseract: the whole subprocess), and our time
+same geometric rule; every engine is scored with and without spaces. Peers (bench/peers.py:
+faster-paddle's PP-OCRv6 tiny and small) run on the same pages in the same loop. Speed: wall
+time per page (ours: `process()` including rasterising; the model load and one warm-up page are
+not counted; Tesseract: the whole subprocess; a peer: its call on the file's bytes), and our time
 per stage from the page's `timings_ms`.
 """
 
@@ -41,6 +44,7 @@ from appliance.document import Box
 from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
+from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
 OURS = "appliance"
@@ -153,20 +157,22 @@ def summarize(run: EngineRun) -> dict[str, Any]:
 
 def print_tables(dataset: str, summaries: list[dict[str, Any]]) -> None:
     print(f"\n== {dataset} ==")
+    width = max([10, *(len(s["engine"]) for s in summaries)])
     header = (
-        f"{'engine':<10} {'pages':>5} {'pages/s':>8} {'s/page med':>10} {'s/page p90':>10} "
-        f"{'CER geo':>8} {'CER annot':>9} {'bag-of-chars':>12}"
+        f"{'engine':<{width}} {'pages':>5} {'pages/s':>8} {'s/page med':>10} {'s/page p90':>10} "
+        f"{'CER geo':>8} {'CER spaced':>10} {'CER annot':>9} {'bag-of-chars':>12}"
     )
     print(header)
     print("-" * len(header))
     for s in summaries:
         print(
-            f"{s['engine']:<10} {s['pages']:>5} {s['pages_per_s']:>8.3f} {s['s_per_page_median']:>10.3f} "
-            f"{s['s_per_page_p90']:>10.3f} {s['cer_geo']:>8.2%} {s['cer_annotation']:>9.2%} "
-            f"{s['bag_error']:>12.2%}"
+            f"{s['engine']:<{width}} {s['pages']:>5} {s['pages_per_s']:>8.3f} "
+            f"{s['s_per_page_median']:>10.3f} {s['s_per_page_p90']:>10.3f} {s['cer_geo']:>8.2%} "
+            f"{s['cer_geo_spaced']:>10.2%} {s['cer_annotation']:>9.2%} {s['bag_error']:>12.2%}"
         )
-    print("CER geo = primary (GT and output both in geometric row order); CER annot = GT annotation")
-    print("order vs engine order; bag-of-chars = order-free lower bound. Whitespace-free, micro-averaged.")
+    print("CER geo = primary (GT and output both in geometric row order), whitespace-free; CER spaced =")
+    print("the same with spaces counted (whitespace runs as one space, lines joined by one); CER annot =")
+    print("GT annotation order vs engine order; bag-of-chars = order-free lower bound. Micro-averaged.")
     for s in summaries:
         if s["stage_ms_median"]:
             stages = "  ".join(f"{k} {s['stage_ms_median'].get(k, 0.0):.0f}" for k in STAGES)
@@ -183,6 +189,7 @@ def bench_dataset(
     folder: Path,
     processors: dict[str, DocumentProcessor],
     *,
+    peers: dict[str, Reader] | None = None,
     limit: int | None,
     use_tesseract: bool,
     lang_override: str | None,
@@ -191,10 +198,14 @@ def bench_dataset(
     pages, case_insensitive = load_dataset(folder, limit)
     ours_runs = {name: EngineRun(name, stage_ms={stage: [] for stage in STAGES}) for name in processors}
     tess = EngineRun(TESSERACT)
+    peers = peers or {}
+    peer_runs = {name: EngineRun(name) for name in peers}
     lang = tesseract_lang(folder, lang_override)
     if pages:
         for processor in processors.values():
             processor.process(pages[0].image)  # warm-up: first-run allocations are not page time
+        for reader in peers.values():
+            reader(pages[0].image)
     for index, page in enumerate(pages):
         # Variants take turns in a rotating order, so none always runs first after Tesseract.
         names = list(processors)
@@ -208,6 +219,12 @@ def bench_dataset(
             ours.page_names.append(page.name)
             for stage in STAGES:
                 ours.stage_ms[stage].append(stages.get(stage, 0.0))
+        for name, reader in peers.items():
+            started = time.perf_counter()
+            peer_lines = reader(page.image)
+            peer_runs[name].seconds.append(time.perf_counter() - started)
+            peer_runs[name].scores.append(score_page(page.lines, peer_lines, case_insensitive))
+            peer_runs[name].page_names.append(page.name)
         if use_tesseract:
             started = time.perf_counter()
             tess_lines = run_tesseract(page.image, lang)
@@ -222,7 +239,7 @@ def bench_dataset(
                     f"geo {last.geo_errors}/{last.gt_chars}",
                     file=sys.stderr,
                 )
-    runs = [*ours_runs.values(), tess] if use_tesseract else list(ours_runs.values())
+    runs = [*ours_runs.values(), *peer_runs.values(), *([tess] if use_tesseract else [])]
     summaries = [summarize(run) for run in runs]
     print_tables(folder.name, summaries)
     return {
@@ -279,6 +296,10 @@ def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
     for option in options:
         key, _, value = option.partition("=")
         field_name = {"threads": "intra_op_threads", "det_limit": "det_limit_side_len"}.get(key, key)
+        if field_name == "second_reader":  # `second_reader=ppocrv5_mobile@0.9`
+            models, _, limit = value.partition("@")
+            updates[field_name] = {"models": models, **({"min_confidence": float(limit)} if limit else {})}
+            continue
         updates[field_name] = _option_value(value)
     merged = {**base.ppocr_onnx.model_dump(), **updates}
     return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})
@@ -293,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tesseract", action="store_true", help="skip the Tesseract baseline")
     parser.add_argument("--tesseract-lang", help="Tesseract language for every set (default: by set name)")
     parser.add_argument("--verbose", action="store_true", help="print each page's figures to stderr")
+    parser.add_argument(
+        "--peer",
+        action="append",
+        choices=PEERS,
+        help="another engine to run side by side (repeatable; default: every installed one)",
+    )
+    parser.add_argument("--no-peers", action="store_true", help="run no peer engine")
     parser.add_argument(
         "--variant", action="append", default=[], help="engine variant to run side by side (repeatable)"
     )
@@ -313,10 +341,18 @@ def main(argv: list[str] | None = None) -> int:
         processors[name] = DocumentProcessor(engines[name], Rasterizer(rasterize_config))
     load_s = time.perf_counter() - load_started
     print(f"{len(engines)} engine(s) loaded in {load_s:.2f}s (not counted in page times)")
+    peers: dict[str, Reader] = {}
+    for peer in [] if args.no_peers else args.peer or list(PEERS):
+        reader = build_peer(peer)
+        if reader is None:
+            print(f"peer {peer} is not installed (pip install faster-paddle); skipped")
+        else:
+            peers[peer] = reader
     results = [
         bench_dataset(
             folder,
             processors,
+            peers=peers,
             limit=args.limit,
             use_tesseract=not args.no_tesseract,
             lang_override=args.tesseract_lang,

@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from appliance.engines.line_crop import crop_line
 from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
-from appliance.engines.ppocr_onnx.recognition import TextRecognizer
+from appliance.engines.ppocr_onnx.recognition import TextRecognizer, read_keys
 
 FONT_DIR = Path("/usr/share/fonts/truetype")
 LATIN_FONTS = ("dejavu/DejaVuSans.ttf", "dejavu/DejaVuSansMono.ttf", "dejavu/DejaVuSans-Bold.ttf")
@@ -208,7 +208,7 @@ def collect_feeds(
     )
     recognizer = TextRecognizer(
         _Recorder(sessions["rec"], feeds.by_role["rec"]),
-        keys_path,
+        read_keys(keys_path),
         rec_batch_size,
     )
     orientation = LineOrientation(_Recorder(sessions["cls"], feeds.by_role["cls"]))

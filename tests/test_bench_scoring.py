@@ -60,3 +60,22 @@ def test_bag_distance_is_order_free_lower_bound() -> None:
     assert bag_distance("abc", "cba") == 0
     assert bag_distance("abc", "abd") == 1  # one substitution: one missing and one extra
     assert bag_distance("abc", "") == 3
+
+
+def test_spaced_cer_counts_glued_words_and_ignores_runs_of_spaces() -> None:
+    gt = [TextLine("ABC HO TRADING", (0, 0, 140, 10))]
+    glued = score_page(gt, [TextLine("ABCHO TRADING", (0, 0, 140, 10))], case_insensitive=True)
+    assert glued.geo_errors == 0, "the whitespace-free figure cannot see a missing space"
+    assert glued.geo_errors_spaced == 1
+    assert glued.gt_chars_spaced == len("ABC HO TRADING")
+    doubled = score_page(gt, [TextLine("abc  ho\tTRADING ", (0, 0, 140, 10))], case_insensitive=True)
+    assert doubled.geo_errors_spaced == 0
+    assert micro_average([glued, doubled]).cer_geo_spaced == pytest.approx(1 / 28)
+
+
+def test_spaced_cer_separates_lines_by_one_space() -> None:
+    gt = [TextLine("TOTAL", (0, 0, 50, 10)), TextLine("9.00", (0, 20, 40, 30))]
+    merged = [TextLine("TOTAL9.00", (0, 0, 90, 30))]
+    score = score_page(gt, merged, case_insensitive=False)
+    assert score.geo_errors == 0
+    assert score.geo_errors_spaced == 1

@@ -93,7 +93,9 @@ def test_altered_model_exits_with_model_error(tmp_path: Path) -> None:
     models.mkdir()
     for name in ("ppocrv5_det.onnx", "ppocrv5_cls.onnx", "ppocrv5_rec.onnx", "ppocr_keys_v5.txt"):
         (models / name).write_bytes(b"not the model")
-    config = _write_config(tmp_path / "c.yaml", f"engine: {{ppocr_onnx: {{model_dir: {models}}}}}\n")
+    config = _write_config(
+        tmp_path / "c.yaml", f"engine: {{ppocr_onnx: {{models: ppocrv5_mobile, model_dir: {models}}}}}\n"
+    )
     image = tmp_path / "blank.png"
     Image.new("RGB", (100, 100), "white").save(image)
     result = _run("process", str(image), "--out", str(tmp_path / "out"), "--config", str(config))

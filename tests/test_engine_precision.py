@@ -41,7 +41,9 @@ def _variant_set(root: Path, precision: str = "int8", tamper: bool = False) -> P
 
 
 def test_missing_set_says_how_to_make_it(tmp_path: Path) -> None:
-    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=tmp_path)
+    config = PpocrOnnxConfig(
+        models="ppocrv5_mobile", provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=tmp_path
+    )
     with pytest.raises(ModelError, match=r"make models-int8.*quantize\.onnx_int8"):
         PpocrOnnxEngine(config)
 
@@ -49,7 +51,9 @@ def test_missing_set_says_how_to_make_it(tmp_path: Path) -> None:
 def test_variant_is_loaded_and_described(tmp_path: Path) -> None:
     root = _variant_set(tmp_path)
     engine = PpocrOnnxEngine(
-        PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+        PpocrOnnxConfig(
+            models="ppocrv5_mobile", provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root
+        )
     )
     models = {model["role"]: model for model in engine.describe()["models"]}
     assert models["rec"]["precision"] == "int8"
@@ -59,7 +63,9 @@ def test_variant_is_loaded_and_described(tmp_path: Path) -> None:
 
 def test_altered_variant_file_is_refused(tmp_path: Path) -> None:
     root = _variant_set(tmp_path, tamper=True)
-    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+    config = PpocrOnnxConfig(
+        models="ppocrv5_mobile", provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root
+    )
     with pytest.raises(ModelError, match="sha256"):
         PpocrOnnxEngine(config)
 
@@ -67,7 +73,9 @@ def test_altered_variant_file_is_refused(tmp_path: Path) -> None:
 def test_precision_mismatch_is_refused(tmp_path: Path) -> None:
     root = _variant_set(tmp_path, precision="fp16")
     (root / "int8").symlink_to(root / "fp16")
-    config = PpocrOnnxConfig(provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root)
+    config = PpocrOnnxConfig(
+        models="ppocrv5_mobile", provider="cpu", precision=PrecisionConfig(rec="int8"), variant_dir=root
+    )
     with pytest.raises(ModelError, match="asks for int8"):
         PpocrOnnxEngine(config)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -10,7 +11,15 @@ from pathlib import Path
 from appliance.errors import ModelError
 from appliance.hashing import sha256_file
 
-__all__ = ["Manifest", "ModelEntry", "builtin_manifest_path", "load_manifest", "sha256_file", "verify_models"]
+__all__ = [
+    "Manifest",
+    "ModelEntry",
+    "builtin_manifest_path",
+    "load_manifest",
+    "package_dir",
+    "sha256_file",
+    "verify_models",
+]
 
 _REQUIRED_ENTRY_KEYS = ("role", "name", "file", "sha256", "licence", "source_package")
 
@@ -49,6 +58,23 @@ def builtin_manifest_path(name: str) -> Path:
     return Path(str(resources.files("appliance.engines").joinpath("manifests", f"{name}.json")))
 
 
+def package_dir(source_package: str) -> Path:
+    """The folder of an installed package that ships model files (`name==version` as manifests say).
+
+    The package is located, never imported: a model package may be a whole OCR application whose
+    own dependencies the appliance does not install (it is installed without them, for its files).
+    """
+    name = source_package.split("==", 1)[0].strip()
+    spec = importlib.util.find_spec(name.replace("-", "_"))
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise ModelError(
+            f"the model package {source_package} is not installed; install it (make setup) or point "
+            "engine.ppocr_onnx.model_dir at a folder holding the manifest's files"
+        )
+    return Path(locations[0])
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read a manifest JSON file; a malformed one is a ModelError naming what is wrong."""
     try:
@@ -73,9 +99,12 @@ def load_manifest(path: Path) -> Manifest:
 
 
 def verify_models(
-    manifest: Manifest, model_dir: Path, roles: tuple[str, ...] | None = None
+    manifest: Manifest, model_dir: Path | None, roles: tuple[str, ...] | None = None
 ) -> dict[str, Path]:
     """Check every file of the manifest in model_dir; return role -> path, or raise one ModelError.
+
+    `model_dir` None: each file is looked up in the installed package its entry names as source
+    (a model set may take its detector from one package and its orientation model from another).
 
     All problems are collected before raising so that a site fixing a model folder sees every bad
     file at once instead of one per restart.
@@ -85,7 +114,12 @@ def verify_models(
     for model in manifest.models:
         if roles is not None and model.role not in roles:
             continue  # a derived set is checked only for the models the engine takes from it
-        path = model_dir / model.file
+        try:
+            folder = model_dir if model_dir is not None else package_dir(model.source_package)
+        except ModelError as error:
+            problems.append(f"{model.role}: {error}")
+            continue
+        path = folder / model.file
         if not path.is_file():
             problems.append(f"{model.role}: {path} is missing")
             continue

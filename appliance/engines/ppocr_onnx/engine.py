@@ -28,14 +28,14 @@ from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
-from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, read_keys
+from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, model_keys, read_keys
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
 from appliance.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "ppocr_onnx"
-BUILTIN_MANIFEST = "ppocrv5_mobile"
+BUILTIN_MANIFEST = "ppocrv5_mobile"  # the set the INT8/FP16 variants of quantize.onnx_int8 derive from
 
 # Lines read upright with at least this mean confidence skip the orientation classifier. Measured
 # on 10 pages (8 receipts, 2 docs_zh, 518 lines): 96.7% of lines turned upside down read below
@@ -128,9 +128,10 @@ class PpocrOnnxEngine:
 
     def __init__(self, config: PpocrOnnxConfig) -> None:
         self._config = config
-        manifest_path = config.manifest or builtin_manifest_path(BUILTIN_MANIFEST)
+        manifest_path = config.manifest or builtin_manifest_path(config.models)
         self._manifest = load_manifest(manifest_path)
-        model_dir = config.model_dir or default_model_dir()
+        # No model_dir: each file comes from the installed package its manifest entry names.
+        model_dir = config.model_dir
         paths = verify_models(self._manifest, model_dir)
         roles = ("det", "rec", "cls") if config.use_line_orientation else ("det", "rec")
         # Each model may come from a derived set (INT8, FP16), hash-checked against that set's
@@ -141,6 +142,12 @@ class PpocrOnnxEngine:
             if precision == "fp32":
                 self._entries[role] = self._manifest.entry(role)
                 continue
+            if config.manifest is None and config.models != BUILTIN_MANIFEST:
+                raise ModelError(
+                    f"engine.ppocr_onnx.precision.{role} is {precision}, but derived sets are made from "
+                    f"{BUILTIN_MANIFEST} only; set engine.ppocr_onnx.models: {BUILTIN_MANIFEST} or the "
+                    f"precision back to fp32"
+                )
             variant = load_variant_manifest(precision, config.variant_dir)
             entry = variant.entry(role)
             if entry.precision != precision:
@@ -152,8 +159,9 @@ class PpocrOnnxEngine:
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
         self._folded: dict[str, int] = {}
-        # The dictionary entries a charset keeps (None: all), and the dictionary's length.
-        keys = read_keys(paths["keys"]) if config.charset is not None else []
+        # The dictionary: a keys file where the set has one (PP-OCRv5), else the recogniser's own
+        # metadata (PP-OCRv6). The entries a charset keeps (None: all), and the dictionary's length.
+        keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
         kept = charset_classes(keys, load_charset(config.charset)) if config.charset is not None else None
         self._line_threads = line_threads(config)
         self._pool = (
@@ -186,17 +194,44 @@ class PpocrOnnxEngine:
         )
         self._recognizer = TextRecognizer(
             sessions["rec"],
-            paths["keys"],
+            keys,
             config.rec_batch_size,
             config.rec_min_width,
             pool=self._pool,
             kept=kept,
         )
+        self._second: TextRecognizer | None = None
+        if config.second_reader is not None:
+            self._second = self._second_recognizer(config)
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
             self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
-        self._model_dir = model_dir
         self._paths = {role: paths[role] for role in roles}
+
+    def _second_recognizer(self, config: PpocrOnnxConfig) -> TextRecognizer:
+        """The second reader's recogniser, from its own hash-checked set (the packages' files)."""
+        assert config.second_reader is not None
+        manifest = load_manifest(builtin_manifest_path(config.second_reader.models))
+        roles = ("rec", "keys") if any(model.role == "keys" for model in manifest.models) else ("rec",)
+        paths = verify_models(manifest, None, roles=roles)
+        keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
+        model = None
+        if config.fold_affine:
+            try:
+                model, _ = folded_model(paths["rec"])
+            except Exception as error:  # onnx/onnxruntime raise their own untyped errors
+                raise ModelError(f"cannot fold {paths['rec']} at load: {error}") from None
+        session, self._sessions["rec2"] = create_session(
+            paths["rec"],
+            config.provider,
+            1 if self._pool is not None else config.intra_op_threads,
+            config.inter_op_threads,
+            allow_spinning=config.allow_spinning,
+            graph_level=config.graph_optimization,
+            model=model,
+        )
+        self._entries["rec2"] = manifest.entry("rec")
+        return TextRecognizer(session, keys, 1, config.rec_min_width, pool=self._pool)
 
     def graph_at_load(self, role: str, path: Path) -> bytes | None:
         """The serialized graph the engine runs for `role`, or None when that is the file as it is.
@@ -248,6 +283,19 @@ class PpocrOnnxEngine:
                     "fallback_reason": info.fallback_reason if info else None,
                 }
             )
+        if "rec2" in self._entries:
+            entry, info = self._entries["rec2"], self._sessions["rec2"]
+            models.append(
+                {
+                    "role": "rec2",
+                    "name": entry.name,
+                    "file": entry.file,
+                    "sha256": entry.sha256,
+                    "precision": entry.precision,
+                    "provider": info.provider,
+                    "fallback_reason": info.fallback_reason,
+                }
+            )
         return {
             "name": self.name,
             "manifest": self._manifest.name,
@@ -289,6 +337,11 @@ class PpocrOnnxEngine:
                     flipped[index] = True
         # "cls" is the whole orientation step: the classifier and the re-reads it asks for.
         timings["cls"] = (time.perf_counter() - started) * 1000
+        second_read = 0
+        if self._second is not None:
+            started = time.perf_counter()
+            second_read = self._read_again(crops, reads, flipped)
+            timings["rec2"] = (time.perf_counter() - started) * 1000
 
         lines: list[Line] = []
         dropped = 0
@@ -324,7 +377,29 @@ class PpocrOnnxEngine:
                 f"{dropped} detected region(s) read as empty or below confidence "
                 f"{self._config.min_line_confidence} and were left out"
             )
-        return PageText(lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence)
+        details = {"second_reader": {"lines_read": second_read}} if self._second is not None else {}
+        return PageText(
+            lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence, details=details
+        )
+
+    def _read_again(self, crops: list[np.ndarray], reads: list[LineRead], flipped: list[bool]) -> int:
+        """The second recogniser reads the unsure lines; each keeps the more confident read.
+
+        Returns how many lines were read again. Confidences of the two models are both mean
+        softmax maxima over the characters written, so they compare well enough to pick a read;
+        a line the first model wrote nothing for is read again too.
+        """
+        assert self._second is not None and self._config.second_reader is not None
+        limit = self._config.second_reader.min_confidence
+        unsure = [i for i, read in enumerate(reads) if read.confidence < limit]
+        if not unsure:
+            return 0
+        upright = [np.ascontiguousarray(crops[i][::-1, ::-1]) if flipped[i] else crops[i] for i in unsure]
+        for index, raw in zip(unsure, self._second.recognize(upright), strict=True):
+            read = _strip(raw)
+            if read.text and read.confidence > reads[index].confidence:
+                reads[index] = read
+        return len(unsure)
 
     def close(self) -> None:
         self._sessions.clear()

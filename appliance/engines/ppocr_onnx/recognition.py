@@ -46,19 +46,42 @@ def read_keys(path: Path) -> list[str]:
     return [key.rstrip("\r") for key in keys]
 
 
-def load_keys(path: Path, classes: int, kept: list[int] | None = None) -> list[str]:
+def model_keys(path: Path) -> list[str]:
+    """The dictionary a recogniser carries in its ONNX metadata, with the CTC blank and the space.
+
+    PP-OCRv6's recognisers ship no dictionary file: the `character` entry of the model's metadata
+    lists its characters, one per line, and the head adds the blank in front and a space at the
+    end (18,708 characters, 18,710 classes). A model with neither a file nor this entry is refused.
+    """
+    import onnx  # only here: reading a model's metadata needs the protobuf, not a session
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # onnx raises protobuf's untyped errors for damaged files
+        raise ModelError(f"cannot read the metadata of {path}: {error}") from None
+    metadata = {entry.key: entry.value for entry in model.metadata_props}
+    if "character" not in metadata:
+        raise ModelError(
+            f"{path} carries no `character` dictionary in its metadata and the manifest names no "
+            "keys file; add the model's dictionary to the manifest as role 'keys'"
+        )
+    characters = metadata["character"].split("\n")
+    return ["blank", *characters, " "]
+
+
+def align_keys(keys: list[str], classes: int, source: str, kept: list[int] | None = None) -> list[str]:
     """The character table, index-aligned with the model's output classes.
 
     ppocr_keys_v5.txt already holds the CTC blank as line 0 and a space as its last line, so the
-    file is used as is; a table whose length differs from the model's classes would shift every
-    character and is refused. `kept`: the entries of a head cut to a charset, in its order.
+    file is used as is (model_keys adds both to a metadata dictionary); a table whose length
+    differs from the model's classes would shift every character and is refused. `kept`: the
+    entries of a head cut to a charset, in its order.
     """
-    keys = read_keys(path)
     if kept is not None:
         keys = [keys[index] for index in kept]
     if len(keys) != classes:
         raise ModelError(
-            f"{path} has {len(keys)} entries but the recognition model has {classes} output classes"
+            f"{source} has {len(keys)} entries but the recognition model has {classes} output classes"
         )
     return keys
 
@@ -77,7 +100,7 @@ class TextRecognizer:
     def __init__(
         self,
         session: ort.InferenceSession,
-        keys_path: Path,
+        keys: list[str],
         batch_size: int,
         min_width: int = _MIN_WIDTH,
         *,
@@ -95,7 +118,7 @@ class TextRecognizer:
         classes = session.get_outputs()[0].shape[-1]
         if not isinstance(classes, int):
             classes = self._probe_classes()
-        self._keys = load_keys(keys_path, classes, kept)
+        self._keys = align_keys(keys, classes, "the dictionary", kept)
         self._batch_size = batch_size
 
     @property
