@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from appliance.config import RoutingConfig
 from appliance.document import Document
+from appliance.repair.step import NOTES
+
+KEY_FIELDS = ("total", "date")  # fields a document is booked by: never missing or unsure when done
 
 DONE, AUDIT, REVIEW = "done", "audit", "review"
 
@@ -64,11 +67,14 @@ def decide(document: Document, config: RoutingConfig) -> Decision:
         if not value.review:
             continue
         missing = value.value is None and not value.raw
-        unsure = all(reason.startswith("confidence.low") for reason in value.reasons)
+        unsure = all(reason.startswith(("confidence.low", *NOTES)) for reason in value.reasons)
+        # A receipt is booked by its total and date: one that lacks them, or reads them unsurely,
+        # cannot go through whatever the profile says about names and addresses.
+        key = name in KEY_FIELDS
         wanted = (
-            config.review_missing_fields
+            config.review_missing_fields or key
             if missing
-            else config.review_unsure_fields
+            else config.review_unsure_fields or key
             if unsure
             else config.review_failed_checks
         )

@@ -56,11 +56,31 @@ def test_flagged_field_forces_review_but_a_missing_one_only_when_asked() -> None
         raw="40.17", value="40.17", confidence=0.99, review=True, reasons=["x"]
     )
     assert decide(document, NO_AUDIT).reasons == ["field total: x"]
-    document.fields["total"] = FieldValue(
+    document.fields["total"] = FieldValue(raw="40.17", value="40.17", confidence=0.99)
+    document.fields["company"] = FieldValue(
         raw="", value=None, confidence=0.0, review=True, reasons=["field.missing"]
     )
     assert decide(document, NO_AUDIT).route == DONE
     assert decide(document, RoutingConfig(review_missing_fields=True, audit_rate=0.0)).route == REVIEW
+
+
+def test_missing_or_unsure_total_and_date_go_to_review_whatever_the_profile() -> None:
+    document = _document([0.99] * 20)
+    document.fields["date"] = FieldValue(
+        raw="", value=None, confidence=0.0, review=True, reasons=["field.missing"]
+    )
+    assert decide(document, NO_AUDIT).reasons == ["field date: field.missing"]
+    document.fields["date"] = FieldValue(
+        raw="05/03/2024",
+        value="2024-03-05",
+        confidence=0.6,
+        review=True,
+        reasons=["date.ambiguous: day and month order decided by the locale", "confidence.low: 0.600 < 0.8"],
+    )
+    assert decide(document, NO_AUDIT).route == REVIEW
+    document.fields["date"].reasons = ["date.ambiguous: day and month order decided by the locale"]
+    document.fields["date"].review = False  # a note alone does not flag the field
+    assert decide(document, NO_AUDIT).route == DONE
 
 
 def test_audit_sample_is_repeatable_and_near_the_rate() -> None:

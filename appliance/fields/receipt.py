@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from appliance.document import Document, Line
 from appliance.fields.model import FieldValue, Span
-from appliance.repair.amounts import parse_amount
+from appliance.fields.money import Amount, first_of, item_amounts, labelled_amounts
 from appliance.repair.chinese_numerals import has_financial_numerals, parse_financial
 from appliance.repair.dates import DateMatch, find_dates
 from appliance.repair.ids import find_ids
+from appliance.repair.locale import month_first
 from appliance.repair.ruleset import Check
-from appliance.repair.totals import check_items, check_tax
+from appliance.repair.totals import check_cash_change, check_items, check_tax
 
 
 @dataclass(frozen=True)
@@ -72,24 +74,6 @@ _ADDRESS_STOP = re.compile(
     re.IGNORECASE,
 )
 _POSTCODE = re.compile(r"\b\d{5}\b")
-_AMOUNT = re.compile(
-    r"(?:(?:RM|MYR|\$|¥|￥|€|£)\s?)?-?\d{1,3}(?:,\d{3})*\.\d{2}(?!\d)|(?:RM|\$)?-?\d+\.\d{2}(?!\d)"
-)
-_TOTAL_STRONG = re.compile(
-    r"ROUND(ED|ING)?\s*D?\s*TOTAL|TOTAL\s*ROUNDED|NETT?\s*TOTAL|GRAND\s*TOTAL|TOTAL\s*AMOUNT|AMOUNT\s*DUE|"
-    r"TOTAL\s*\((RM|MYR)\)|TOTAL\s*(INCL|INCLUSIVE)|TOTAL\s*PAYABLE|TOTAL\s*SALES|合计|总计|价税合计|应收|实收",
-    re.IGNORECASE,
-)
-_TOTAL_WEAK = re.compile(r"\bTOTAL\b|\bJUMLAH\b|\bAMOUNT\b", re.IGNORECASE)
-_NOT_TOTAL = re.compile(
-    r"SUB\s*-?\s*TOTAL|TOTAL\s*(QTY|QUANTITY|ITEMS?|GST|TAX|SST|EXCL|DISCOUNT|SAVINGS?|NO)|ROUNDING|"
-    r"\bQTY\b|TOTAL\s*\d+\s*ITEM|小计",
-    re.IGNORECASE,
-)
-_SUBTOTAL = re.compile(r"SUB\s*-?\s*TOTAL|TOTAL\s*(EXCL|BEFORE)|小计", re.IGNORECASE)
-_TAX = re.compile(r"\b(GST|SST|TAX|VAT)\b|税额", re.IGNORECASE)
-_NOT_TAX = re.compile(r"\b(ID|REG|NO|INVOICE|SUMMARY|INCL|INCLUSIVE|EXCL|CODE)\b|税号", re.IGNORECASE)
-_ROUNDING = re.compile(r"ROUNDING|ROUND\s*ADJ|ADJUSTMENT", re.IGNORECASE)
 _NOT_ITEM = re.compile(r"CASH|CHANGE|TENDER|PAID|BALANCE|VISA|MASTER|CARD|DISC", re.IGNORECASE)
 _INVOICE_NO = re.compile(
     r"(?:INVOICE|INV|RECEIPT|BILL|DOC(?:UMENT)?|TRANS(?:ACTION)?|RCPT|SLIP|CHECK|CHK)\s*"
@@ -151,12 +135,22 @@ def _address(rows: list[Row], after: int) -> FieldValue | None:
 
 
 def _date(rows: list[Row], locale: str) -> FieldValue | None:
-    best: tuple[int, Row, DateMatch] | None = None
-    for row in rows:
+    """The receipt's date: a labelled one first, then one read in the locale's order with a full year.
+
+    A date after next year is an item code or a misread (XE11-22-30), never a receipt's date.
+    """
+    best: tuple[tuple[int, int, int, int], Row, DateMatch] | None = None
+    latest = dt.date.today().year + 1
+    for position, row in enumerate(rows):
         for date in find_dates(row.text, locale):
-            labelled = 1 if re.search(r"DATE|TARIKH|日期", row.text, re.IGNORECASE) else 0
-            if best is None or labelled > best[0]:
-                best = (labelled, row, date)
+            if not 1990 <= int(date.iso[:4]) <= latest:
+                continue
+            labelled = 1 if re.search(r"DATE|TARIKH|日期|\bDT\b|DD:", row.text, re.IGNORECASE) else 0
+            in_order = 0 if date.rules[0] in {"date.mdy", "date.dmy"} and _against_locale(date, locale) else 1
+            full_year = 0 if "date.two_digit_year" in date.rules else 1
+            rank = (labelled, in_order, full_year, -position)
+            if best is None or rank > best[0]:
+                best = (rank, row, date)
     if best is None:
         return None
     _, row, found = best
@@ -166,41 +160,112 @@ def _date(rows: list[Row], locale: str) -> FieldValue | None:
     return field
 
 
-@dataclass(frozen=True)
-class _Amount:
-    row: Row
-    start: int
-    end: int
-    raw: str
-    value: Decimal
-    rules: tuple[str, ...]
+def _against_locale(date: DateMatch, locale: str) -> bool:
+    """Read month first in a day-first locale (or the reverse): only valid that way, so less likely."""
+    return (date.rules[0] == "date.mdy") != month_first(locale)
 
 
-def _amounts(row: Row, locale: str) -> list[_Amount]:
-    found: list[_Amount] = []
-    for match in _AMOUNT.finditer(row.text):
-        amount = parse_amount(match.group(0), locale, fix_confusions=False)
-        if amount is not None:
-            found.append(_Amount(row, match.start(), match.end(), match.group(0), amount.value, amount.rules))
-    return found
-
-
-def _labelled_amount(rows: list[Row], index: int, locale: str) -> _Amount | None:
-    """The last amount on a labelled row, or the first on the next row when the label stands alone."""
-    amounts = _amounts(rows[index], locale)
-    if amounts:
-        return amounts[-1]
-    if index + 1 < len(rows):
-        following = _amounts(rows[index + 1], locale)
-        if following and not re.search(r"[A-Za-z]{3}", rows[index + 1].text):
-            return following[0]
-    return None
-
-
-def _amount_field(amount: _Amount) -> FieldValue:
+def _amount_field(amount: Amount, rules: tuple[str, ...] = ()) -> FieldValue:
     return _field(
-        amount.row.span_of(amount.start, amount.end), amount.raw, f"{amount.value:f}", list(amount.rules)
+        amount.row.span_of(amount.start, amount.end), amount.raw.strip(), f"{amount.value:f}",
+        [*amount.rules, *rules],
+    )  # fmt: skip
+
+
+def _total(rows: list[Row], labelled: list[Amount]) -> tuple[FieldValue | None, Amount | None]:
+    """The payable total with its cross-checks, and the tax amount.
+
+    Several amounts are labelled as totals on most receipts (before and after rounding, with and
+    without tax, the tax summary's). What was paid decides first (cash minus change, or a card
+    payment), then a rounding line (the total it rounds to), then the strongest label.
+    """
+    candidates = [a for a in labelled if a.kind == "total" and not a.summary]
+    subtotal = first_of(labelled, "subtotal")
+    tax = first_of(labelled, "tax")
+    service = first_of(labelled, "service")
+    rounding = first_of(labelled, "rounding")
+    # What was paid is read below the sums (an item called "PUNCH CARD" is no card payment), and the
+    # amount tendered is the payment line nearest above the change ("Cash 8.60 / Tendered 9.00").
+    sums_from = min((a.index for a in labelled if a.kind in {"total", "subtotal"}), default=len(rows))
+    change = next(
+        (a for a in labelled if a.kind == "change" and not a.summary and a.index >= sums_from), None
     )
+    payments = [a for a in labelled if a.kind == "payment" and not a.summary and a.index >= sums_from]
+    if change is not None:
+        payments = [a for a in payments if a.index <= change.index][-1:] or payments[:1]
+    payment = payments[0] if payments else None
+    if payment is not None and payment.value < 0:
+        payment = replace(payment, value=-payment.value)  # "CASH -7,840.00": a sign printed on tenders
+    paid = payment.value - change.value if payment and change and payment.value >= change.value else None
+    if paid is None and payment is not None and change is None:
+        paid = payment.value  # a card payment, or exact cash: only an equal total is supported by it
+    rules: tuple[str, ...] = ()
+    total: Amount | None = None
+    if paid is not None:
+        matching = [a for a in candidates if a.value == paid]
+        if not matching and subtotal is not None and subtotal.value == paid:
+            matching = [subtotal]  # the only sum printed before payment, "Total" misread or missing
+        total = max(matching, key=lambda a: (a.strong, a.index)) if matching else None
+    if total is None and rounding is not None and rounding.value:
+        step = abs(rounding.value)
+        rounded = [
+            a
+            for a in candidates
+            if a.value % Decimal("0.05") == 0
+            and any(abs(abs(a.value - b.value) - step) < Decimal("0.001") for b in candidates if b is not a)
+        ]
+        if rounded:
+            total, rules = max(rounded, key=lambda a: a.index), ("total.rounded",)
+    if total is None and candidates:
+        top = max(a.strong for a in candidates)
+        total = max((a for a in candidates if a.strong == top), key=lambda a: a.value)
+    if total is None:
+        # No total label read: the largest amount that is not cash tendered or change is the total.
+        others = [
+            a
+            for a in labelled
+            if a.kind in {"other", "subtotal"}
+            and not (a.summary or a.unit_price or _NOT_ITEM.search(a.row.text))
+        ]
+        if not others:
+            return None, tax
+        total = max(others, key=lambda a: a.value)
+    field = _amount_field(total, rules)
+    value = total.value
+    checks = [
+        check_cash_change(
+            payment.value if payment else None,
+            change.value if change else None,
+            value,
+            rounding.value if rounding else None,
+        ),
+        check_tax(
+            subtotal.value if subtotal and subtotal is not total else None,
+            tax.value if tax else None,
+            value,
+            rounding.value if rounding else None,
+            service.value if service else None,
+        ),
+        check_items(
+            item_amounts(labelled),
+            subtotal.value if subtotal and subtotal is not total else None,
+            value,
+            tax.value if tax else None,
+        ),
+    ]
+    if payment is not None and change is None and payment.value == value:
+        checks.append(Check("total.cash_change", True, f"paid {payment.value} without change"))
+    field.checks.extend(check for check in checks if check is not None)
+    financial = _financial_amount(rows)
+    if financial is not None:
+        field.checks.append(
+            Check(
+                "amount.cn_financial.crosscheck",
+                financial == value,
+                f"{financial:f} in Chinese numerals vs {value:f}",
+            )
+        )
+    return field, tax
 
 
 def extract_receipt(document: Document, locale: str) -> dict[str, FieldValue]:
@@ -217,61 +282,10 @@ def extract_receipt(document: Document, locale: str) -> dict[str, FieldValue]:
     if date is not None:
         fields["date"] = date
 
-    totals: list[tuple[int, _Amount]] = []
-    subtotal: _Amount | None = None
-    tax: _Amount | None = None
-    rounding: _Amount | None = None
-    first_total_row = len(rows)
-    for index, row in enumerate(rows):
-        text = row.text
-        if _SUBTOTAL.search(text):
-            subtotal = _labelled_amount(rows, index, locale) or subtotal
-            first_total_row = min(first_total_row, index)
-        elif _ROUNDING.search(text):
-            rounding = _labelled_amount(rows, index, locale) or rounding
-        elif not _NOT_TOTAL.search(text) and (_TOTAL_STRONG.search(text) or _TOTAL_WEAK.search(text)):
-            amount = _labelled_amount(rows, index, locale)
-            if amount is not None:
-                totals.append((2 if _TOTAL_STRONG.search(text) else 1, amount))
-                first_total_row = min(first_total_row, index)
-        elif _TAX.search(text) and not _NOT_TAX.search(text):
-            tax = _labelled_amount(rows, index, locale) or tax
-    total: _Amount | None = None
-    if totals:
-        top = max(priority for priority, _ in totals)
-        total = max((amount for priority, amount in totals if priority == top), key=lambda a: a.value)
-    else:
-        # No total label read: the largest amount that is not cash tendered or change is the total.
-        candidates = [a for row in rows if not _NOT_ITEM.search(row.text) for a in _amounts(row, locale)]
-        if candidates:
-            total = max(candidates, key=lambda a: a.value)
+    labelled = labelled_amounts(rows, locale)
+    total, tax = _total(rows, labelled)
     if total is not None:
-        field = _amount_field(total)
-        items = [
-            amounts[-1].value
-            for row in rows[:first_total_row]
-            if not _NOT_ITEM.search(row.text) and (amounts := _amounts(row, locale))
-        ]
-        checks = [
-            check_tax(
-                subtotal.value if subtotal else None,
-                tax.value if tax else None,
-                total.value,
-                rounding.value if rounding else None,
-            ),
-            check_items(items, subtotal.value if subtotal else None, total.value),
-        ]
-        field.checks.extend(check for check in checks if check is not None)
-        financial = _financial_amount(rows)
-        if financial is not None:
-            field.checks.append(
-                Check(
-                    "amount.cn_financial.crosscheck",
-                    financial == total.value,
-                    f"{financial:f} in Chinese numerals vs {total.value:f}",
-                )
-            )
-        fields["total"] = field
+        fields["total"] = total
     if tax is not None:
         fields["tax"] = _amount_field(tax)
     for row in rows:

@@ -17,14 +17,17 @@ from appliance.repair.numeric import fix_digits
 MONTHS = {name: index + 1 for index, name in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}  # fmt: skip
 _D = r"[\dOoIlSB]"  # a digit, or a glyph the recogniser confuses with one (fixed before reading)
+# A time printed straight after the date, its space lost by the recogniser: "10/03/201817:24:07".
+_GLUED_TIME = r"(?=[0-2]?\d[:.][0-5]\d)"
 _MONTH = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)[a-z]*\.?"
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("date.cjk", re.compile(r"(?P<y>\d{4})\s*年\s*(?P<m>\d{1,2})\s*月\s*(?P<d>\d{1,2})\s*[日号]?")),
     ("date.iso", re.compile(
-        rf"(?<![\d/.-])(?P<y>(?:19|20|2O){_D}{{2}})[-/.](?P<m>{_D}{{1,2}})[-/.](?P<d>{_D}{{1,2}})(?![\d/.-])")),
+        rf"(?<![\d/.-])(?P<y>(?:19|20|2O){_D}{{2}})[-/.](?P<m>{_D}{{1,2}})[-/.](?P<d>{_D}{{1,2}})"
+        rf"(?:{_GLUED_TIME}|(?![\d/.-]))")),
     ("date.numeric", re.compile(
         rf"(?<![\d/.-])(?P<a>{_D}{{1,2}})\s?(?P<sep>[-/.])\s?(?P<b>{_D}{{1,2}})\s?(?P=sep)\s?"
-        rf"(?P<y>(?:19|20|2O){_D}{{2}}|{_D}{{2}})(?!\d{{2}}|[/.-]\d)")),
+        rf"(?P<y>(?:19|20|2O){_D}{{2}}|{_D}{{2}})(?:{_GLUED_TIME}|(?!\d|[/.-]\d))")),
     ("date.month_name", re.compile(
         rf"(?<![\d])(?P<d>\d{{1,2}})(?:st|nd|rd|th)?[\s/-]*{_MONTH}"
         rf"[\s,/-]*(?P<y>(?:19|20)\d{{2}}(?!\d{{3}})|\d{{2}}(?!\d))", re.IGNORECASE)),

@@ -7,7 +7,7 @@ from typing import Any
 
 # Bump on any change of behaviour of any rule: results carry the version, so a site can tell which
 # documents were repaired by which rules and re-run only those that an update affects.
-RULESET_VERSION = "2026.11.1"
+RULESET_VERSION = "2026.12.1"
 
 RULES: dict[str, str] = {
     "text.fullwidth": "full-width ASCII letters, digits and punctuation to half-width outside CJK runs",
@@ -38,6 +38,9 @@ RULES: dict[str, str] = {
     "json.schema": "repaired JSON validated against its JSON Schema",
     "confidence.low": "field confidence below the review threshold",
     "field.missing": "a field the profile expects was not found",
+    "fields.not_receipt": "the text scores below repair.receipt_min_score as a receipt: no receipt fields",
+    "total.cash_change": "cash tendered minus change equals the total",
+    "total.rounded": "the payable total rounded to 5 sen is taken over the unrounded one",
 }
 
 
