@@ -23,7 +23,16 @@ SCHEMA_VERSION = 1
 # thread, an API reader checkpointing); beyond it something is stuck and the caller should hear it.
 BUSY_TIMEOUT_MS = 10_000
 
-RECOVER_REASON = "daemon stopped while the job was running"
+# Distinct from the reason a clean shutdown records (release): recover counts its own transitions.
+RECOVER_REASON = "the daemon died while the job was running"
+
+# A file can take the whole daemon down, not only its worker (a worker's memory blow-up that makes
+# systemd's OOM killer stop the whole service, a bug in the daemon's own intake of it). A crash of
+# the daemon is not counted as an attempt: it is almost always the daemon's doing (a kill, a power
+# cut, an upgrade), and a good file must never turn poison through it. Crashes are counted apart,
+# from the journal's own transitions (no extra column), and only a file that was being read at this
+# many crashes is failed, with its own reason, so a file that kills the daemon cannot loop for ever.
+MAX_DAEMON_RESTARTS = 10
 
 
 class JobState(StrEnum):
@@ -200,11 +209,14 @@ class Journal:
     SQLite's write lock first (`BEGIN IMMEDIATE`), so two of them never hand out the same job.
     """
 
-    def __init__(self, path: Path, max_attempts: int = 3) -> None:
+    def __init__(self, path: Path, max_attempts: int = 3, max_restarts: int = MAX_DAEMON_RESTARTS) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1 (got {max_attempts})")
+        if max_restarts < 1:
+            raise ValueError(f"max_restarts must be at least 1 (got {max_restarts})")
         self.path = path
         self.max_attempts = max_attempts
+        self.max_restarts = max_restarts
         # Calls are serialised by this lock, so the connection may move between threads
         # (created by the daemon's main thread, used by its scheduler thread).
         self._lock = threading.Lock()
@@ -414,8 +426,8 @@ class Journal:
             if row is None:
                 return None
             job = _job(row)
-            # Counted here, before any worker exists: a crash from now on is an attempt used up,
-            # which is what stops a file that kills the daemon from looping forever.
+            # Counted here, before any worker exists; recover() gives it back when the daemon, not
+            # the worker, died, and release() when the daemon interrupted the job itself.
             return self._move(conn, job, JobState.RUNNING, "started", at, attempts=job.attempts + 1)
 
     def finish(
@@ -467,7 +479,8 @@ class Journal:
         if job.attempts >= self.max_attempts:
             poison = f"poison: killed its worker {job.attempts} times ({reason})"
             return self._move(conn, job, JobState.FAILED, poison, at)
-        # The attempt was counted by start_next; no backoff, the death may have been the daemon's.
+        # The attempt was counted by start_next. No backoff: a worker lost to a crash is replaced
+        # at once, and the file has at most max_attempts tries.
         return self._move(conn, job, JobState.QUEUED, reason, at)
 
     def release(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
@@ -499,9 +512,12 @@ class Journal:
         return None if row is None else _job(row)
 
     def recover(self, *, now: float | None = None) -> list[Job]:
-        """At start-up, requeue (or fail as poison) every job a crash left running.
+        """At start-up, requeue every job a crash left running, giving back the attempt it was counted.
 
-        Call it only while no other daemon uses this journal: a running job here is assumed dead.
+        The daemon died, not (as far as anyone can tell) the file's worker, so the crash never makes
+        a file poison; only a file that was running at `max_restarts` crashes is failed, as
+        `crashed_daemon` (see MAX_DAEMON_RESTARTS). Call it only while no other daemon uses this
+        journal: a running job here is assumed dead.
         """
         at = time.time() if now is None else now
         with self._write() as conn:
@@ -509,7 +525,20 @@ class Journal:
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? ORDER BY rowid",
                 (JobState.RUNNING.value,),
             ).fetchall()
-            return [self._died(conn, _job(row), RECOVER_REASON, at) for row in rows]
+            return [self._recover_one(conn, _job(row), at) for row in rows]
+
+    def _recover_one(self, conn: sqlite3.Connection, job: Job, at: float) -> Job:
+        (earlier,) = conn.execute(
+            "SELECT count(*) FROM transitions WHERE job_id = ? AND from_state = ? AND reason = ?",
+            (job.id, JobState.RUNNING.value, RECOVER_REASON),
+        ).fetchone()
+        crashes = int(earlier) + 1
+        attempts = max(0, job.attempts - 1)  # start_next counted one; the worker did not die
+        if crashes >= self.max_restarts:
+            reason = f"crashed_daemon: it was being read at each of {crashes} daemon crashes"
+            reason += f" ({RECOVER_REASON})"
+            return self._move(conn, job, JobState.FAILED, reason, at, attempts=attempts)
+        return self._move(conn, job, JobState.QUEUED, RECOVER_REASON, at, attempts=attempts)
 
     def find_done_by_sha256(self, sha256: str) -> Job | None:
         """The most recent original result (done or review, not itself a duplicate) for this content."""

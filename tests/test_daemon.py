@@ -329,7 +329,8 @@ def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> Non
         resumed = running.daemon.journal.get(job.id)
         assert resumed is not None
         assert wait_for(lambda: running.daemon.journal.get(job.id).state is JobState.DONE)  # type: ignore[union-attr]
-        assert running.daemon.journal.get(job.id).attempts == 2  # type: ignore[union-attr]
+        # The daemon's crash is not the file's fault: only the attempt that finished counts.
+        assert running.daemon.journal.get(job.id).attempts == 1  # type: ignore[union-attr]
 
 
 def test_engine_that_cannot_load_stops_start_up(tmp_path: Path) -> None:

@@ -405,38 +405,75 @@ def _start_then_get_killed(db: Path) -> tuple[str, int]:
     return job_id, int(attempts)
 
 
-def test_recover_after_sigkill_requeues_then_poisons(db: Path) -> None:
+def test_recover_after_sigkill_requeues_without_using_an_attempt(db: Path) -> None:
+    """A daemon killed while a good file runs is not the file's fault: it never turns poison this way."""
     with Journal(db) as journal:
         job = _add(journal, now=None)
         bystander = _add(journal, 1, now=None, priority=-1)
-    for kill in (1, 2, 3):
+    for _ in range(4):
         job_id, attempts = _start_then_get_killed(db)
-        assert (job_id, attempts) == (job.id, kill)
+        assert (job_id, attempts) == (job.id, 1)
         with Journal(db) as journal:
             # The commit the killed process made is there; nothing else it did is.
             assert journal.get(job.id).state is JobState.RUNNING  # type: ignore[union-attr]
             (recovered,) = journal.recover()
             assert recovered.id == job.id
-            assert recovered.attempts == kill
-            if kill < 3:
-                assert (recovered.state, recovered.reason) == (JobState.QUEUED, RECOVER_REASON)
-            else:
-                assert recovered.state is JobState.FAILED
-                assert recovered.reason == f"poison: killed its worker 3 times ({RECOVER_REASON})"
+            assert (recovered.state, recovered.attempts, recovered.reason) == (
+                JobState.QUEUED,
+                0,
+                RECOVER_REASON,
+            )
             assert journal.get(job.id) == recovered
             assert journal.recover() == []  # nothing left running
             assert journal.get(bystander.id).state is JobState.QUEUED  # type: ignore[union-attr]
     with Journal(db) as journal:
         states = [(t.from_state, t.to_state) for t in journal.transitions(job.id)]
-        assert states == [
-            (None, JobState.QUEUED),
-            (JobState.QUEUED, JobState.RUNNING),
-            (JobState.RUNNING, JobState.QUEUED),
-            (JobState.QUEUED, JobState.RUNNING),
-            (JobState.RUNNING, JobState.QUEUED),
-            (JobState.QUEUED, JobState.RUNNING),
-            (JobState.RUNNING, JobState.FAILED),
-        ]
+        crash = [(JobState.QUEUED, JobState.RUNNING), (JobState.RUNNING, JobState.QUEUED)]
+        assert states == [(None, JobState.QUEUED), *crash * 4]
+
+
+def test_worker_deaths_still_make_poison_between_daemon_restarts(journal: Journal) -> None:
+    job = _add(journal)
+    for death in (1, 2):
+        journal.start_next(now=T0)
+        journal.worker_died(job.id, "worker exited with SIGSEGV", now=T0)
+        journal.start_next(now=T0)
+        (recovered,) = journal.recover(now=T0)
+        assert (recovered.state, recovered.attempts) == (JobState.QUEUED, death)
+    journal.start_next(now=T0)
+    poisoned = journal.worker_died(job.id, "worker exited with SIGSEGV", now=T0)
+    assert poisoned.state is JobState.FAILED
+    assert poisoned.reason == "poison: killed its worker 3 times (worker exited with SIGSEGV)"
+
+
+def test_a_file_running_at_every_daemon_crash_fails_at_the_restart_limit(db: Path) -> None:
+    with Journal(db, max_attempts=3, max_restarts=5) as journal:
+        _add(journal)
+        for restart in range(1, 5):
+            journal.start_next(now=T0)
+            (recovered,) = journal.recover(now=T0)
+            assert (recovered.state, recovered.attempts) == (JobState.QUEUED, 0), restart
+        journal.start_next(now=T0)
+        (failed,) = journal.recover(now=T0)
+    assert failed.state is JobState.FAILED
+    assert failed.reason == (
+        f"crashed_daemon: it was being read at each of 5 daemon crashes ({RECOVER_REASON})"
+    )
+    assert failed.attempts == 0
+    # A clean stop (release) is never counted as a crash.
+    with Journal(db, max_restarts=2) as journal:
+        other = _add(journal, 1)
+        for _ in range(3):
+            journal.start_next(now=T0)
+            journal.release(other.id, "daemon stopped while the job was running", now=T0)
+        journal.start_next(now=T0)
+        (recovered,) = journal.recover(now=T0)
+        assert recovered.state is JobState.QUEUED
+
+
+def test_max_restarts_must_be_positive(db: Path) -> None:
+    with pytest.raises(ValueError, match="max_restarts"):
+        Journal(db, max_restarts=0)
 
 
 def test_recover_handles_every_running_job(journal: Journal) -> None:
