@@ -16,6 +16,14 @@ class ExitCode(IntEnum):
     MODEL_INVALID = 5  # a model file is missing, altered or unloadable
     OUTPUT_FAILED = 6  # results could not be written
     AUDIT_TAMPERED = 7  # `audit verify`: an entry was edited, removed or reordered, or a line is cut
+    # The control API commands (status, jobs, job, review...): one code per kind of refusal, by gRPC code.
+    API_UNREACHABLE = 8  # no daemon answers on any socket looked at (UNAVAILABLE, DEADLINE_EXCEEDED)
+    API_NOT_FOUND = 9  # no such job or review (NOT_FOUND)
+    API_INVALID_ARGUMENT = 10  # a bad id, filter or value; an id prefix that matches several jobs
+    API_PERMISSION_DENIED = 11  # this user may not use the socket (PERMISSION_DENIED)
+    API_FAILED_PRECONDITION = 12  # valid but not now: the job is still running, not in review
+    API_FAILED = 13  # any other refusal by the daemon (RESOURCE_EXHAUSTED, INTERNAL...)
+    BROKEN_PIPE = 141  # the reader of our output went away (`| head`): 128 + SIGPIPE, as shells report it
     INTERRUPTED = 130  # stopped by SIGINT before finishing (128 + SIGINT, as shells report it)
 
 
