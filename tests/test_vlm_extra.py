@@ -32,7 +32,12 @@ sys.exit(main(sys.argv[1:]))
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", PROGRAM, *args], capture_output=True, text=True, timeout=120, check=False, cwd=REPO
+        [sys.executable, "-c", PROGRAM, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
     )
 
 
