@@ -50,6 +50,7 @@ from appliance.errors import ConfigError, FailureReason
 from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
 from appliance.intake.completeness import check_complete
 from appliance.intake.filtering import is_candidate
+from appliance.intake.lease import WriterActiveError
 from appliance.intake.stability import FileStabilityTracker
 from appliance.intake.watch import make_observer
 from appliance.journal import Job, JobState, Journal
@@ -74,6 +75,10 @@ _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
 _WORKER_START_SECONDS = 300.0
 _REVIEW_CHECK_SECONDS = 2.0
+# A file that cannot be claimed (permissions, a full spool, an I/O error) is tried again at later
+# rescans, no sooner than this, doubling up to the cap: a lasting fault is not hammered every tick.
+_CLAIM_RETRY_SECONDS = 30.0
+_CLAIM_RETRY_MAX_SECONDS = 3600.0
 
 
 class _EventForwarder(FileSystemEventHandler):
@@ -125,6 +130,15 @@ def _failure_reason(journal_reason: str) -> FailureReason:
 
 
 @dataclass
+class _ClaimFailure:
+    """A file that could not be claimed: said once per reason, then retried with a growing delay."""
+
+    reason: str
+    failures: int
+    next_try: float
+
+
+@dataclass
 class _FolderState:
     config: HotFolderConfig
     tracker: FileStabilityTracker
@@ -132,6 +146,9 @@ class _FolderState:
     refused: set[Path] = field(default_factory=set)
     incomplete_reported: dict[Path, tuple[int, int]] = field(default_factory=dict)
     last_check: dict[Path, float] = field(default_factory=dict)
+    unclaimable: dict[Path, _ClaimFailure] = field(default_factory=dict)
+    writer_open: set[Path] = field(default_factory=set)
+    writer_check_noted: bool = False
 
 
 @dataclass
@@ -560,8 +577,6 @@ class Daemon:
             if waited >= self._config.intake.incomplete_timeout_seconds:
                 self._report_incomplete(state, path, result.reason or "incomplete")
             return
-        state.tracker.forget(path)
-        state.last_check.pop(path, None)
         self._claim(state, path)
 
     def _report_incomplete(self, state: _FolderState, path: Path, reason: str) -> None:
@@ -585,18 +600,47 @@ class Daemon:
         self._write_reason(state.config.failed_dir / relative, relative, FailureReason.INCOMPLETE, reason)
 
     def _claim(self, state: _FolderState, path: Path) -> None:
+        """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
+        now = time.monotonic()
+        failure = state.unclaimable.get(path)
+        if failure is not None and now < failure.next_try:
+            state.tracker.forget(path)  # a later rescan (or event) brings it back
+            state.last_check.pop(path, None)
+            return
         try:
             claimed = claim(path, state.config.path, self._spool)
+        except WriterActiveError:
+            # Still being written (a scanner adding pages): keep tracking it; tried again after the
+            # settle time, and at once claimed after the writer closes it.
+            if path not in state.writer_open:
+                state.writer_open.add(path)
+                log.info("%s is still open for writing by another process: waiting", path)
+            return
         except ClaimChangedError as error:
-            log.warning("%s", error)
+            log.warning("%s; it settles again", error)
+            state.tracker.forget(path)
+            state.last_check.pop(path, None)
+            state.tracker.observe(path)  # restarts its settle time
             return
         except FileNotFoundError:
+            self._forget_candidate(state, path)
             return  # vanished between the check and the claim: nothing to do
         except OSError as error:
-            if path not in state.refused:
-                state.refused.add(path)
-                log.error("cannot claim %s: %s", path, error)
+            state.tracker.forget(path)
+            state.last_check.pop(path, None)
+            self._claim_failed(state, path, error, now)
             return
+        self._forget_candidate(state, path)
+        if failure is not None:
+            log.info("claimed %s after %d failed attempt(s)", path, failure.failures)
+        if claimed.writer_check_unavailable and not state.writer_check_noted:
+            state.writer_check_noted = True  # once per folder: it holds for every file there
+            log.warning(
+                "%s: cannot ask the kernel whether a file is still open for writing (%s); claims "
+                "there rest on the settle time and the format check",
+                state.config.path,
+                claimed.writer_check_unavailable,
+            )
         relative = Path(claimed.relative_path)
         stale_reason = state.config.failed_dir / f"{relative}.error.json"
         if state.incomplete_reported.pop(path, None) is not None:
@@ -614,6 +658,27 @@ class Daemon:
             extra=event("job_claimed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="claim"),
         )
         self._reissue_if_duplicate(job)
+
+    def _forget_candidate(self, state: _FolderState, path: Path) -> None:
+        state.tracker.forget(path)
+        state.last_check.pop(path, None)
+        state.writer_open.discard(path)
+        state.unclaimable.pop(path, None)
+
+    def _claim_failed(self, state: _FolderState, path: Path, error: OSError, now: float) -> None:
+        """Say why once (again only if the reason changes), show it in the status, back off."""
+        reason = f"{error.strerror or error}" if error.errno else str(error)
+        for gone in [known for known in state.unclaimable if not known.exists()]:
+            del state.unclaimable[gone]  # removed by someone: nothing left to report
+        earlier = state.unclaimable.get(path)
+        failures = 1 if earlier is None else earlier.failures + 1
+        delay = min(_CLAIM_RETRY_SECONDS * 2 ** (failures - 1), _CLAIM_RETRY_MAX_SECONDS)
+        state.unclaimable[path] = _ClaimFailure(reason, failures, now + delay)
+        if earlier is not None and earlier.reason == reason:
+            return
+        message = f"cannot claim {path}: {reason}; it stays in the hot folder and is tried again"
+        log.error("%s", message)
+        self.recent_errors.append({"at": time.time(), "job_id": "", "message": message})
 
     def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
         return self.journal.add(
@@ -1181,6 +1246,7 @@ class Daemon:
             "watchdog_pings_total": float(self.watchdog_pings),
             "pages_total": float(sum(count for _, count in self._pages_log)),
             "intake_paused": float(self.stats.intake_paused),
+            "intake_unclaimable": float(sum(len(state.unclaimable) for state in self._folders.values())),
             **{f"jobs_{state.value}": float(count) for state, count in counts.items()},
             **{f"vlm_{key}_total": value for key, value in self._decoding.items()},
         }

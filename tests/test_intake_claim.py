@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from appliance.intake import claim as claim_module
+from appliance.intake import lease as lease_module
 from appliance.intake.claim import CLAIM_RECORD, ClaimChangedError, claim, orphaned_claims
+from appliance.intake.lease import ReadLease, WriterActiveError, take_read_lease
+from tests.polling import wait_for
 
 
 def test_same_filesystem_claim_is_a_rename(tmp_path: Path) -> None:
@@ -48,6 +54,51 @@ def test_other_filesystem_claim_copies_checks_and_unlinks(tmp_path: Path) -> Non
         inbox.rmdir()
 
 
+def _rename_fails_for(monkeypatch: pytest.MonkeyPatch, source: Path, code: int) -> list[Path]:
+    """Make rename() of `source` fail with `code` (EXDEV: the mounts a systemd sandbox makes)."""
+    real_rename = os.rename
+    tried: list[Path] = []
+
+    def rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if Path(str(src)) == source:
+            tried.append(Path(str(dst)))
+            raise OSError(code, os.strerror(code), str(src), None, str(dst))
+        real_rename(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(claim_module.os, "rename", rename)
+    return tried
+
+
+def test_exdev_on_one_device_falls_back_to_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ReadWritePaths= and StateDirectory= are separate mounts of one disk: same st_dev, yet EXDEV."""
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / "scan.png"
+    source.write_bytes(b"\x89PNG data")
+    assert source.stat().st_dev == tmp_path.stat().st_dev
+    tried = _rename_fails_for(monkeypatch, source, errno.EXDEV)
+    claimed = claim(source, inbox, spool)
+    assert tried, "the rename was tried first"
+    assert not source.exists()
+    assert claimed.spool_path.read_bytes() == b"\x89PNG data"
+    assert claimed.sha256 == hashlib.sha256(b"\x89PNG data").hexdigest()
+    assert claimed.size == len(b"\x89PNG data")
+
+
+def test_other_rename_errors_leave_the_file_and_no_spool_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / "scan.png"
+    source.write_bytes(b"data")
+    _rename_fails_for(monkeypatch, source, errno.EACCES)
+    with pytest.raises(PermissionError):
+        claim(source, inbox, spool)
+    assert source.read_bytes() == b"data"
+    assert list(spool.iterdir()) == []
+
+
 def test_change_during_cross_filesystem_copy_keeps_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,30 +106,111 @@ def test_change_during_cross_filesystem_copy_keeps_the_file(
     inbox.mkdir()
     source = inbox / "scan.png"
     source.write_bytes(b"first version")
-    real_stat = Path.stat
-
-    def other_device(self: Path, **kwargs: bool) -> os.stat_result:
-        result = real_stat(self, **kwargs)
-        if self == source:
-            values = list(result)
-            values[2] = result.st_dev + 1  # pretend the inbox is on another filesystem
-            return os.stat_result(values)
-        return result
-
+    _rename_fails_for(monkeypatch, source, errno.EXDEV)
     real_copy = claim_module._copy_and_hash
 
-    def copy_then_writer_appends(src: Path, dst: Path) -> str:
+    def copy_then_file_changes(src: Path, dst: Path) -> str:
         digest = real_copy(src, dst)
-        with src.open("ab") as handle:
-            handle.write(b" more")
+        # Written through a descriptor opened before the claim (a lease cannot stop that one).
+        os.pwrite(early_writer, b" more", len(b"first version"))
         return digest
 
-    monkeypatch.setattr(Path, "stat", other_device)
-    monkeypatch.setattr(claim_module, "_copy_and_hash", copy_then_writer_appends)
-    with pytest.raises(ClaimChangedError):
-        claim(source, inbox, spool)
+    monkeypatch.setattr(claim_module, "_copy_and_hash", copy_then_file_changes)
+    monkeypatch.setattr(
+        claim_module, "take_read_lease", lambda fd: ReadLease(fd, held=False, unavailable="test")
+    )
+    early_writer = os.open(source, os.O_WRONLY)
+    try:
+        with pytest.raises(ClaimChangedError):
+            claim(source, inbox, spool)
+    finally:
+        os.close(early_writer)
     assert source.read_bytes() == b"first version more"
     assert list(spool.iterdir()) == []
+
+
+def _leases_work(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lease = take_read_lease(fd)
+        lease.release()
+        return lease.unavailable is None
+    finally:
+        os.close(fd)
+
+
+def test_a_file_open_for_writing_is_not_claimed_until_closed(tmp_path: Path) -> None:
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    spool.mkdir()
+    source = inbox / "scan.tif"
+    source.write_bytes(b"")
+    if not _leases_work(source):
+        pytest.skip("no read leases here (needs the file's owner or CAP_LEASE, and a local filesystem)")
+    with source.open("ab") as writer:
+        writer.write(b"page 1")
+        writer.flush()
+        with pytest.raises(WriterActiveError):
+            claim(source, inbox, spool)
+        assert source.read_bytes() == b"page 1"
+        assert list(spool.iterdir()) == []
+        writer.write(b" page 2")
+    claimed = claim(source, inbox, spool)
+    assert claimed.spool_path.read_bytes() == b"page 1 page 2"
+    assert claimed.sha256 == hashlib.sha256(b"page 1 page 2").hexdigest()
+    assert claimed.writer_check_unavailable is None
+
+
+def test_a_writer_opening_the_file_during_the_claim_puts_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / "scan.tif"
+    source.write_bytes(b"page 1")
+    if not _leases_work(source):
+        pytest.skip("no read leases here")
+    real_hash = claim_module._hash_unchanged
+    late_writer: list[threading.Thread] = []
+
+    def hash_while_a_writer_opens(fd: int, relative: str) -> tuple[str, int]:
+        result = real_hash(fd, relative)
+        spooled = next(spool.glob("*/scan.tif"))
+
+        def append() -> None:
+            with spooled.open("ab") as handle:  # waits for the lease to be given up
+                handle.write(b" page 2")
+
+        late_writer.append(threading.Thread(target=append))
+        late_writer[0].start()
+        assert wait_for(lambda: fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK, timeout=10)
+        return result
+
+    monkeypatch.setattr(claim_module, "_hash_unchanged", hash_while_a_writer_opens)
+    with pytest.raises(ClaimChangedError, match="opened for writing"):
+        claim(source, inbox, spool)
+    late_writer[0].join(timeout=10)
+    assert source.read_bytes() == b"page 1 page 2", "back in the inbox, where the writer finished it"
+    assert list(spool.iterdir()) == []
+
+
+def test_without_leases_the_claim_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / "scan.png"
+    source.write_bytes(b"data")
+    real_fcntl = fcntl.fcntl
+
+    def no_leases(fd: int, command: int, arg: int = 0) -> int:
+        if command == fcntl.F_SETLEASE and arg != fcntl.F_UNLCK:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_fcntl(fd, command, arg)
+
+    monkeypatch.setattr(lease_module.fcntl, "fcntl", no_leases)
+    claimed = claim(source, inbox, spool)
+    assert claimed.spool_path.read_bytes() == b"data"
+    assert claimed.writer_check_unavailable is not None
+    assert "Invalid argument" in claimed.writer_check_unavailable
 
 
 def test_orphans_are_found_and_half_claims_cleaned(tmp_path: Path) -> None:

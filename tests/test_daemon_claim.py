@@ -1,0 +1,137 @@
+"""The daemon's claims under real writers and real mounts: open writers, EXDEV, files it cannot take."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from PIL.TiffImagePlugin import AppendingTiffWriter
+
+from appliance import daemon as daemon_module
+from appliance.intake import claim as claim_module
+from appliance.intake.claim import Claimed
+from appliance.intake.lease import WriterActiveError
+from appliance.journal import JobState
+from tests.polling import png_bytes, wait_for
+from tests.test_daemon import Running, _config
+
+
+def _rename_from(inbox: Path, monkeypatch: pytest.MonkeyPatch, code: Callable[[], int | None]) -> list[str]:
+    """rename() out of `inbox` fails with errno `code()` (none: it works); returns the tries."""
+    real_rename = os.rename
+    tried: list[str] = []
+
+    def rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if Path(str(src)).parent == inbox:
+            tried.append(str(src))
+            failure = code()
+            if failure is not None:
+                raise OSError(failure, os.strerror(failure), str(src), None, str(dst))
+        real_rename(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(claim_module.os, "rename", rename)
+    return tried
+
+
+def test_exdev_at_the_rename_is_claimed_by_copy_and_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ProtectSystem=strict the inbox and the spool are separate mounts: rename gives EXDEV."""
+    config = _config(tmp_path)
+    inbox = config.hot_folders[0].path
+    inbox.mkdir(parents=True)
+    tried = _rename_from(inbox, monkeypatch, lambda: errno.EXDEV)
+    data = png_bytes()
+    with Running(config) as running:
+        (inbox / "scan.png").write_bytes(data)
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+        (job,) = running.daemon.journal.jobs()
+        assert job.state is JobState.DONE
+        assert (job.size, job.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+        result = json.loads((running.folders.out / "scan.png.json").read_text(encoding="utf-8"))
+        assert result["text"] == "INVOICE 42"
+    assert tried == [str(inbox / "scan.png")]
+    assert not (inbox / "scan.png").exists()
+
+
+def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(daemon_module, "_CLAIM_RETRY_SECONDS", 0.1, raising=False)
+    config = _config(tmp_path, intake={"rescan_seconds": 0.2})
+    inbox = config.hot_folders[0].path
+    inbox.mkdir(parents=True)
+    denied = [True]
+    tried = _rename_from(inbox, monkeypatch, lambda: errno.EACCES if denied[0] else None)
+    caplog.set_level(logging.ERROR, logger="appliance.daemon")
+    with Running(config) as running:
+        (inbox / "scan.png").write_bytes(png_bytes())
+        assert wait_for(lambda: len(tried) >= 4), "tried again at later rescans"
+        assert (inbox / "scan.png").exists(), "it stays where it is"
+        said = [record for record in caplog.records if "cannot claim" in record.getMessage()]
+        assert len(said) == 1, "the reason is logged once, not at every rescan"
+        assert "Permission denied" in said[0].getMessage()
+        errors = list(running.daemon.recent_errors)
+        assert [error["message"] for error in errors] == [said[0].getMessage()]
+        assert running.daemon.metrics()["intake_unclaimable"] == 1.0
+        assert running.daemon.stats.claimed == 0
+        denied[0] = False  # someone fixed the permissions
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+        assert running.daemon.metrics()["intake_unclaimable"] == 0.0
+    assert not (inbox / "scan.png").exists()
+
+
+def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each page leaves a valid TIFF, and the writer pauses longer than the settle time between pages."""
+    real_claim = daemon_module.claim
+    refused: list[float] = []
+    claims: list[Claimed] = []
+
+    def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
+        try:
+            claimed = real_claim(path, hot_folder, spool_dir)
+        except WriterActiveError:
+            refused.append(time.monotonic())
+            raise
+        claims.append(claimed)
+        return claimed
+
+    monkeypatch.setattr(daemon_module, "claim", claim)
+    config = _config(tmp_path)  # settle_seconds 0.3
+    pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
+    with Running(config) as running:
+        target = running.folders.inbox / "multi.tif"
+        handle = target.open("w+b")
+        with AppendingTiffWriter(handle) as writer:
+            for page in pages:
+                page.save(writer, format="TIFF")
+                writer.newFrame()
+                handle.flush()
+                # The pause: until the daemon has found this prefix settled and complete, and tried.
+                seen = len(refused)
+                assert wait_for(lambda seen=seen: len(refused) > seen or bool(claims), timeout=20)
+                assert claims == [], "claimed while its writer still had it open"
+        handle.seek(0)
+        written = handle.read()
+        handle.close()
+        closed_at = time.time()
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+        assert not target.exists()
+        (job,) = running.daemon.journal.jobs()
+        assert job.created_at >= closed_at
+        assert (job.size, job.sha256) == (len(written), hashlib.sha256(written).hexdigest())
+        (archived,) = running.archived("multi.tif")
+        assert archived.read_bytes() == written
+        with Image.open(archived) as image:
+            assert image.n_frames == 3
+        assert len(refused) >= 3
