@@ -48,6 +48,10 @@ def _options(config: ApiConfig) -> list[tuple[str, int]]:
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", 64 * 1024 * 1024),  # what the client accepts
         ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        # HTTP/2's own count of open streams, which grpcio clients honour by queueing their calls.
+        # grpcio's default also counts streams that are finished but not yet freed, and refuses
+        # (REFUSED_STREAM, which the Python client does not retry) when a busy loop frees late.
+        ("grpc.http.overload_protection", 0),
         ("grpc.max_metadata_size", 16 * 1024),
         # A connection without calls is closed after 5 minutes; one that does not finish its
         # HTTP/2 greeting after 10 s.
