@@ -10,6 +10,7 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
+from appliance.errors import FailureReason
 from appliance.intake.completeness import CompletenessResult, check_complete
 
 CUT_FRACTIONS = (0.1, 0.5, 0.9)
@@ -88,7 +89,7 @@ def test_whole_file_passes_and_cut_file_fails(tmp_path: Path, fmt: str) -> None:
 
 
 def test_empty_file_is_not_complete(tmp_path: Path) -> None:
-    assert _check(tmp_path, b"") == CompletenessResult(False, None, "file is empty")
+    assert _check(tmp_path, b"") == CompletenessResult(False, None, "file is empty", FailureReason.EMPTY)
 
 
 def test_unknown_bytes_are_complete_without_media_type(tmp_path: Path) -> None:

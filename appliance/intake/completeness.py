@@ -10,6 +10,8 @@ from typing import BinaryIO
 
 import pypdfium2 as pdfium
 
+from appliance.errors import FailureReason
+
 PDF = "application/pdf"
 TIFF = "image/tiff"
 JPEG = "image/jpeg"
@@ -45,6 +47,9 @@ class CompletenessResult:
     complete: bool
     media_type: str | None
     reason: str | None
+    # The reason reported once a file stays like this past the timeout: a file that never got a
+    # byte is `empty` (the README's reason), one cut short is `incomplete`.
+    failure: FailureReason = FailureReason.INCOMPLETE
 
 
 def check_complete(path: Path) -> CompletenessResult:
@@ -56,7 +61,7 @@ def check_complete(path: Path) -> CompletenessResult:
     with path.open("rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
-            return CompletenessResult(False, None, "file is empty")
+            return CompletenessResult(False, None, "file is empty", FailureReason.EMPTY)
         head = handle.read(_HEAD_SIZE)
         media_type, partial_signature = _sniff(head)
         if media_type is None:
