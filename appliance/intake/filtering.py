@@ -54,6 +54,9 @@ def is_candidate(path: Path, root: Path, extra_patterns: Iterable[str] = ()) -> 
         return False, None
     if stat.S_ISLNK(info.st_mode):
         return False, "symbolic links are not followed"
+    if stat.S_ISDIR(info.st_mode):
+        # Not a refusal: subfolders are mirrored and the files in them are seen on their own.
+        return False, None
     if not stat.S_ISREG(info.st_mode):
         return False, "not a regular file (FIFO, socket or device)"
     real_root = os.path.realpath(root)
