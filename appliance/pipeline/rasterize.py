@@ -29,6 +29,7 @@ from PIL import Image, ImageOps
 from appliance.config import RasterizeConfig
 from appliance.document import DEFAULT_DPI
 from appliance.errors import DocumentError, FailureReason
+from appliance.pipeline.pdf_tree import page_tree_loop
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,9 @@ class Rasterizer:
                 FailureReason.CORRUPT, f"{path.name} is not a readable PDF: {error}"
             ) from None
         try:
+            loop = page_tree_loop(path)
+            if loop is not None:
+                raise DocumentError(FailureReason.CORRUPT, f"{path.name} is a broken PDF: {loop}")
             count = len(pdf)
             if count == 0:
                 raise DocumentError(FailureReason.EMPTY, f"{path.name} has no pages")
