@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
 import jsonschema
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -35,7 +35,7 @@ from watchdog.observers.api import BaseObserver
 
 from appliance import __version__
 from appliance.audit import AuditLog
-from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
+from appliance.config import AppConfig, HotFolderConfig, OutputFormat, ProfileConfig, load_config
 from appliance.control import (
     ControlError,
     DaemonState,
@@ -54,6 +54,7 @@ from appliance.intake.lease import WriterActiveError
 from appliance.intake.stability import FileStabilityTracker
 from appliance.intake.watch import make_observer
 from appliance.journal import Job, JobState, Journal
+from appliance.names import NAME_MAX, display, display_all, fit_name, name_bytes
 from appliance.outputs.atomic import fsync_directory, write_atomic
 from appliance.outputs.reissue import reissue
 from appliance.outputs.writer import output_paths
@@ -75,6 +76,13 @@ _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
 _WORKER_START_SECONDS = 300.0
 _REVIEW_CHECK_SECONDS = 2.0
+# Bytes the longest result suffix (".alto.xml") adds to a stem: a stem is cut to leave room for it.
+_RESULT_SUFFIX_BYTES = max(
+    name_bytes(path.name) for path in output_paths(Path(), "", get_args(OutputFormat)).values()
+)
+_REASON_SUFFIX = ".error.json"
+# A "suffix" longer than this is most of a name ("a.<240 bytes>"), not an extension to keep.
+_MAX_SUFFIX_BYTES = 32
 # A file that cannot be claimed (permissions, a full spool, an I/O error) is tried again at later
 # rescans, no sooner than this, doubling up to the cap: a lasting fault is not hammered every tick.
 _CLAIM_RETRY_SECONDS = 30.0
@@ -98,16 +106,37 @@ class _EventForwarder(FileSystemEventHandler):
                 self._events.put((self._folder, Path(str(target))))
             return
         target = getattr(event, "dest_path", "") or event.src_path
-        self._events.put((self._folder, Path(target if isinstance(target, str) else target.decode())))
+        # os.fsdecode: a name that is not UTF-8 must reach intake (as surrogate escapes), not raise here.
+        self._events.put((self._folder, Path(os.fsdecode(target))))
 
 
 def _unique_path(path: Path) -> Path:
-    """`path`, or `name-1.ext`, `name-2.ext`... if taken: an earlier file is never overwritten."""
+    """`path`, or `name-1.ext`, `name-2.ext`... if taken: an earlier file is never overwritten.
+
+    A counter that would take a long name past NAME_MAX shortens its stem instead (fit_name).
+    """
+    stem, suffix = path.stem, path.suffix
+    if name_bytes(suffix) > _MAX_SUFFIX_BYTES:
+        stem, suffix = path.name, ""
     candidate, counter = path, 0
     while candidate.exists():
         counter += 1
-        candidate = path.with_name(f"{path.stem}-{counter}{path.suffix}")
+        candidate = path.with_name(fit_name(stem, f"-{counter}{suffix}"))
     return candidate
+
+
+def _reason_path(target: Path) -> Path:
+    """Where the reason for `target` (a file in failed/) goes: `NAME.error.json`, cut to fit NAME_MAX."""
+    return target.with_name(fit_name(target.name, _REASON_SUFFIX))
+
+
+def _result_stem(name: str, tag: str = "") -> str:
+    """The stem of `name`'s results (`name` + `tag`), cut so that every result suffix fits NAME_MAX.
+
+    A cut stem keeps a prefix and a hash of the full name; the JSON result's source name keeps
+    the whole name.
+    """
+    return fit_name(name, tag, limit=NAME_MAX - _RESULT_SUFFIX_BYTES)
 
 
 def _move_file(source: Path, target: Path) -> Path:
@@ -512,11 +541,14 @@ class Daemon:
                 folder, path = self._events.get_nowait()
             except queue.Empty:
                 return
-            if path.is_dir() and not path.is_symlink():
-                for child in sorted(path.rglob("*")):
-                    self._observe(folder, child)
-            else:
-                self._observe(folder, path)
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    for child in sorted(path.rglob("*")):
+                        self._observe(folder, child)
+                else:
+                    self._observe(folder, path)
+            except Exception:  # one path's fault must not stop the daemon
+                log.exception("cannot look at %s", path)
 
     def _observe(self, folder: HotFolderConfig, path: Path) -> None:
         state = self._folders[folder.path]
@@ -551,7 +583,31 @@ class Daemon:
             return
         for state in self._folders.values():
             for path in state.tracker.settled():
-                self._consider(state, path)
+                try:
+                    self._consider(state, path)
+                except Exception as error:  # one file's fault must cost that file, not the daemon
+                    self._file_fault(state, path, error)
+
+    def _file_fault(self, state: _FolderState, path: Path, error: Exception) -> None:
+        """An unexpected error on a file in a hot folder: said, and the file moved to failed/ with it."""
+        message = f"{type(error).__name__}: {error}"
+        log.error("unexpected error on %s: %s", path, message, exc_info=error)
+        self.recent_errors.append({"at": time.time(), "job_id": "", "message": display(f"{path}: {message}")})
+        state.tracker.forget(path)
+        state.last_check.pop(path, None)
+        try:
+            if path.is_symlink() or not path.is_file():
+                return  # claimed or gone already: the spool and the journal account for it
+            relative = path.relative_to(state.config.path)
+            moved = _move_file(path, state.config.failed_dir / relative)
+        except Exception:
+            log.exception(
+                "cannot move %s to %s either; it stays in the hot folder", path, state.config.failed_dir
+            )
+            state.refused.add(path)
+            return
+        self.stats.failed += 1
+        self._write_reason_logged(moved, relative, FailureReason.INTERNAL, message)
 
     def _consider(self, state: _FolderState, path: Path) -> None:
         """A settled file: claim it if complete; otherwise wait, and report it after the timeout."""
@@ -575,11 +631,13 @@ class Daemon:
         if not result.complete:
             waited = now - (state.tracker.waiting_since(path) or now)
             if waited >= self._config.intake.incomplete_timeout_seconds:
-                self._report_incomplete(state, path, result.reason or "incomplete")
+                self._report_incomplete(state, path, result.reason or "incomplete", result.failure)
             return
         self._claim(state, path)
 
-    def _report_incomplete(self, state: _FolderState, path: Path, reason: str) -> None:
+    def _report_incomplete(
+        self, state: _FolderState, path: Path, reason: str, failure: FailureReason = FailureReason.INCOMPLETE
+    ) -> None:
         """Write a reason file once per version of the file; the file stays where it is.
 
         It is not moved: a scanner may still hold it open, and moving it would break the upload.
@@ -592,12 +650,13 @@ class Daemon:
         state.incomplete_reported[path] = version
         relative = path.relative_to(state.config.path)
         log.error(
-            "%s is still incomplete after %.0f s: %s",
+            "%s is still %s after %.0f s: %s",
             relative,
+            failure.value,
             self._config.intake.incomplete_timeout_seconds,
             reason,
         )
-        self._write_reason(state.config.failed_dir / relative, relative, FailureReason.INCOMPLETE, reason)
+        self._write_reason_logged(state.config.failed_dir / relative, relative, failure, reason)
 
     def _claim(self, state: _FolderState, path: Path) -> None:
         """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
@@ -642,13 +701,18 @@ class Daemon:
                 claimed.writer_check_unavailable,
             )
         relative = Path(claimed.relative_path)
-        stale_reason = state.config.failed_dir / f"{relative}.error.json"
+        stale_reason = _reason_path(state.config.failed_dir / relative)
         if state.incomplete_reported.pop(path, None) is not None:
             with contextlib.suppress(FileNotFoundError):
                 stale_reason.unlink()  # it completed after all
         self.stats.claimed += 1
         self._next_status = 0.0
-        job = self._journal_add(claimed, state.config)
+        try:
+            job = self._journal_add(claimed, state.config)
+        except Exception:
+            # The claim record in the spool lets the next start queue it (an orphan), as after a crash.
+            log.exception("claimed %s but cannot journal it; it is queued at the next start", relative)
+            return
         log.info(
             "claimed %s as job %s (%d bytes, sha256 %s)",
             relative,
@@ -657,7 +721,10 @@ class Daemon:
             job.sha256[:12],
             extra=event("job_claimed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="claim"),
         )
-        self._reissue_if_duplicate(job)
+        try:
+            self._reissue_if_duplicate(job)
+        except Exception:  # the job stays queued and is read like any other
+            log.exception("cannot issue the earlier result for %s again; it is read instead", relative)
 
     def _forget_candidate(self, state: _FolderState, path: Path) -> None:
         state.tracker.forget(path)
@@ -747,14 +814,22 @@ class Daemon:
         """Queue claimed files the journal never heard of; finish archiving finished jobs' files."""
         known: set[str] = set()
         for job_dir in sorted(self._spool.iterdir()) if self._spool.is_dir() else []:
-            for path in job_dir.iterdir():
-                job = self.journal.find_by_spool_path(str(path))
-                if job is None:
-                    continue
-                known.add(str(path))
-                if job.state in (JobState.DONE, JobState.FAILED):
-                    self._settle_finished(job)  # a crash came between the journal and the archive
-        for orphan in orphaned_claims(self._spool, known):
+            try:
+                for path in job_dir.iterdir():
+                    job = self.journal.find_by_spool_path(str(path))
+                    if job is None:
+                        continue
+                    known.add(str(path))
+                    if job.state in (JobState.DONE, JobState.FAILED):
+                        self._settle_finished(job)  # a crash came between the journal and the archive
+            except Exception:  # one spool folder must not stop every start from here on
+                log.exception("cannot reconcile the spool folder %s; left as it is", job_dir)
+        try:
+            orphans = orphaned_claims(self._spool, known)
+        except Exception:
+            log.exception("cannot look for orphaned claims in %s", self._spool)
+            orphans = []
+        for orphan in orphans:
             folder = self._folder_by_source.get(orphan.source_folder)
             if folder is None:
                 log.error(
@@ -763,7 +838,11 @@ class Daemon:
                     orphan.source_folder,
                 )
                 continue
-            job = self._journal_add(orphan, folder)
+            try:
+                job = self._journal_add(orphan, folder)
+            except Exception:
+                log.exception("cannot queue %s from the spool; left there", orphan.spool_path)
+                continue
             log.warning(
                 "queued %s, claimed before a crash but never journalled, as job %s",
                 orphan.relative_path,
@@ -781,7 +860,7 @@ class Daemon:
         """
         relative = Path(job.relative_path)
         output_dir = folder.output_dir / relative.parent
-        stem = relative.name
+        stem = _result_stem(relative.name)
         formats = self._config.formats_for(job.profile)
         existing = [path for path in output_paths(output_dir, stem, formats).values() if path.exists()]
         if existing:
@@ -791,7 +870,7 @@ class Daemon:
             except (OSError, ValueError, KeyError, TypeError):
                 same = False
             if not same:
-                stem = f"{stem}.{job.sha256[:12]}"
+                stem = _result_stem(relative.name, f".{job.sha256[:12]}")
         return output_dir, stem
 
     def _dispatch(self) -> None:
@@ -816,7 +895,11 @@ class Daemon:
                 )
                 log.error("job %s: %s", job.id, finished.reason)
                 continue
-            output_dir, stem = self._output_location(job, folder)
+            try:
+                output_dir, stem = self._output_location(job, folder)
+            except Exception as error:  # e.g. an output folder that cannot be looked at
+                self._finish_fault(job, error)
+                continue
             profile = self._config.profile(job.profile)
             request = JobRequest(
                 job_id=job.id,
@@ -851,7 +934,10 @@ class Daemon:
             if outcome is not None:
                 self._jobs_by_worker.pop(worker.name)
                 self._vlm_breaker.finished(job.id)
-                self._finish(job, outcome)
+                try:
+                    self._finish(job, outcome)
+                except Exception as error:  # one file's fault must cost that file, not the daemon
+                    self._finish_fault(job, error)
                 continue
             if not worker.alive():
                 reason = worker.exit_description()
@@ -947,7 +1033,39 @@ class Daemon:
         )
         self._settle_finished(updated)
 
+    def _finish_fault(self, job: Job, error: Exception) -> None:
+        """An unexpected error while finishing a job: said, and the job failed with it if still open."""
+        message = f"{type(error).__name__}: {error}"
+        log.error("job %s (%s): unexpected error: %s", job.id, job.relative_path, message, exc_info=error)
+        self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": display(message)})
+        try:
+            current = self.journal.get(job.id)
+            if current is None or current.state not in (JobState.QUEUED, JobState.RUNNING):
+                return
+            failed = self.journal.finish(
+                job.id, JobState.FAILED, f"{FailureReason.INTERNAL.value}: {message}"
+            )
+            self.stats.failed += 1
+            self._settle_finished(failed)
+        except Exception:
+            log.exception("job %s: cannot record its failure; the next start recovers it", job.id)
+
     def _settle_finished(self, job: Job) -> None:
+        """Move a finished job's original out of the spool; a fault here is said, never raised.
+
+        The journal already holds the outcome, so a file left in the spool by a failed move is
+        moved at the next start (_reconcile_spool).
+        """
+        try:
+            self._settle(job)
+        except Exception as error:
+            message = (
+                f"cannot move the original of job {job.id} ({job.relative_path}) out of the spool: {error}"
+            )
+            log.error("%s; it is moved at the next start", message, exc_info=error)
+            self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": display(message)})
+
+    def _settle(self, job: Job) -> None:
         """Move a finished job's original out of the spool: archived, deleted, or to failed/."""
         spool_file = Path(job.spool_path)
         folder = self._folder_by_source.get(job.source_folder)
@@ -958,7 +1076,9 @@ class Daemon:
             return  # the original waits in the spool until a person resolves the review
         if job.state is JobState.FAILED:
             moved = _move_file(spool_file, folder.failed_dir / relative)
-            self._write_reason(moved, relative, _failure_reason(job.reason or ""), job.reason or "", job)
+            self._write_reason_logged(
+                moved, relative, _failure_reason(job.reason or ""), job.reason or "", job
+            )
         elif self._config.intake.originals == "delete":
             spool_file.unlink()
         else:
@@ -986,7 +1106,7 @@ class Daemon:
         if record is None:
             return
         try:
-            self._audit.append(record)
+            self._audit.append(display_all(record))  # UTF-8 JSON: names shown escaped
         except Exception:  # the audit log must not stop reading; say so loudly
             log.exception("cannot append to the audit log %s", self._audit.path)
 
@@ -1033,10 +1153,17 @@ class Daemon:
                 correction = parse_correction(json.loads(corrected.read_text(encoding="utf-8")))
                 self.resolve_review(job.id, correction.get("fields", {}), correction.get("text"))
             except (ValueError, ControlError) as error:
-                rejected = corrected.with_name(CORRECTED_FILE + ".rejected")
-                corrected.replace(rejected)
-                write_atomic(rejected.with_name("rejected.txt"), f"{error}\n".encode())
-                log.error("correction for %s refused: %s", job.relative_path, error)
+                try:
+                    rejected = corrected.with_name(CORRECTED_FILE + ".rejected")
+                    corrected.replace(rejected)
+                    write_atomic(rejected.with_name("rejected.txt"), f"{error}\n".encode())
+                    log.error("correction for %s refused: %s", job.relative_path, error)
+                except OSError:
+                    log.exception(
+                        "correction for %s refused (%s), and cannot say so in its folder", job.id, error
+                    )
+            except Exception:  # one review's fault must not stop the daemon
+                log.exception("cannot resolve the review of job %s (%s)", job.id, job.relative_path)
 
     def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
         """Complete a reviewed document with the reviewer's corrections; results go to the output folder."""
@@ -1254,18 +1381,27 @@ class Daemon:
     def _write_reason(
         self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None
     ) -> None:
+        # Names shown escaped (valid UTF-8 JSON); `file` is the full name even when the reason
+        # file's own name had to be cut to fit NAME_MAX.
         record = {
-            "file": relative.as_posix(),
+            "file": display(relative.as_posix()),
             "reason": reason.value,
-            "message": message,
+            "message": display(message),
             "failed_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "job_id": job.id if job else None,
             "sha256": job.sha256 if job else None,
             "attempts": job.attempts if job else 0,
         }
-        write_atomic(
-            target.with_name(target.name + ".error.json"), (json.dumps(record, indent=1) + "\n").encode()
-        )
+        write_atomic(_reason_path(target), (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
+
+    def _write_reason_logged(
+        self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None
+    ) -> None:
+        """_write_reason, with a fault said rather than raised: the file is already where it belongs."""
+        try:
+            self._write_reason(target, relative, reason, message, job)
+        except Exception:
+            log.exception("cannot write the reason file for %s (%s: %s)", target, reason.value, message)
 
     def _apply_group(self, path: Path) -> None:
         if self._output_gid is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -16,8 +17,9 @@ from pathlib import Path
 from types import TracebackType
 
 from appliance.errors import ApplianceError
+from appliance.names import display
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Waiting this long for another connection's write lock is normal under load (a second daemon
 # thread, an API reader checkpointing); beyond it something is stuck and the caller should hear it.
@@ -155,6 +157,14 @@ CREATE TABLE transitions (
 CREATE INDEX transitions_job ON transitions (job_id, seq);
 """
 
+# Version 2: file names and paths are stored as the bytes the kernel gave (os.fsencode), as BLOB
+# values in the same columns (a TEXT column keeps a BLOB as it is), so a name that is not UTF-8
+# (an SMB or NFS client's legacy code page) is kept exactly; SQLite could not take it as text.
+_PATH_COLUMNS = ("source_folder", "relative_path", "name", "spool_path")
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: tuple(f"UPDATE jobs SET {column} = CAST({column} AS BLOB)" for column in _PATH_COLUMNS),
+}
+
 _JOB_COLUMNS = (
     "id, sha256, source_folder, relative_path, name, size, spool_path, profile, priority, state, "
     "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of"
@@ -162,15 +172,20 @@ _JOB_COLUMNS = (
 _JOB_PLACEHOLDERS = ", ".join(f":{column.strip()}" for column in _JOB_COLUMNS.split(","))
 
 
+def _path_value(path: str) -> bytes:
+    """A name or path as stored: the exact bytes (a non-UTF-8 name arrives surrogate-escaped)."""
+    return os.fsencode(path)
+
+
 def _job(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
         sha256=row["sha256"],
-        source_folder=row["source_folder"],
-        relative_path=row["relative_path"],
-        name=row["name"],
+        source_folder=os.fsdecode(row["source_folder"]),
+        relative_path=os.fsdecode(row["relative_path"]),
+        name=os.fsdecode(row["name"]),
         size=row["size"],
-        spool_path=row["spool_path"],
+        spool_path=os.fsdecode(row["spool_path"]),
         profile=row["profile"],
         priority=row["priority"],
         state=JobState(row["state"]),
@@ -270,6 +285,12 @@ class Journal:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                version = 1
+            # Each step in the same transaction as the version it sets: all of it or none of it.
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[step]:
+                    conn.execute(statement)
+            if version != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -335,7 +356,7 @@ class Journal:
             "outputs = ?, duplicate_of = ? WHERE id = ? AND state = ?",
             (
                 to_state.value,
-                reason,
+                display(reason),
                 at,
                 job.attempts if attempts is None else attempts,
                 job.not_before if not_before is None else not_before,
@@ -362,7 +383,8 @@ class Journal:
     ) -> None:
         conn.execute(
             "INSERT INTO transitions (job_id, from_state, to_state, reason, at) VALUES (?, ?, ?, ?, ?)",
-            (job_id, None if from_state is None else from_state.value, to_state.value, reason, at),
+            # A reason may quote a file name; shown escaped, as SQLite text must be UTF-8.
+            (job_id, None if from_state is None else from_state.value, to_state.value, display(reason), at),
         )
 
     def add(
@@ -388,16 +410,16 @@ class Journal:
                 {
                     "id": job_id,
                     "sha256": sha256,
-                    "source_folder": source_folder,
-                    "relative_path": relative_path,
-                    "name": name,
+                    "source_folder": _path_value(source_folder),
+                    "relative_path": _path_value(relative_path),
+                    "name": _path_value(name),
                     "size": size,
-                    "spool_path": spool_path,
+                    "spool_path": _path_value(spool_path),
                     "profile": profile,
                     "priority": priority,
                     "state": JobState.QUEUED.value,
                     "attempts": 0,
-                    "reason": reason,
+                    "reason": display(reason),
                     "created_at": at,
                     "updated_at": at,
                     "not_before": at,
@@ -507,7 +529,7 @@ class Journal:
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE spool_path = ? ORDER BY rowid DESC LIMIT 1",
-                (spool_path,),
+                (_path_value(spool_path),),
             ).fetchone()
         return None if row is None else _job(row)
 

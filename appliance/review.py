@@ -19,6 +19,7 @@ import jsonschema
 
 from appliance.config import RasterizeConfig
 from appliance.document import Document
+from appliance.names import fit_name
 from appliance.outputs.atomic import write_atomic
 from appliance.pipeline.rasterize import Rasterizer
 
@@ -40,7 +41,8 @@ CORRECTION_SCHEMA: dict[str, Any] = {
 def review_folder(review_dir: Path, relative: str, job_id: str) -> Path:
     """Folder of one document under review (the job id keeps same-named documents apart)."""
     path = Path(relative)
-    return review_dir / path.parent / f"{path.name}.{job_id[:8]}"
+    # A name near NAME_MAX is cut (keeping a prefix and a hash) so the job id still fits.
+    return review_dir / path.parent / fit_name(path.name, f".{job_id[:8]}")
 
 
 def write_review_extras(

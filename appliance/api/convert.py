@@ -10,6 +10,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from appliance.api.v1 import appliance_pb2 as pb
 from appliance.control import DaemonState, JobDetail, ReviewItem, Status
 from appliance.journal import Job, JobState, Transition
+from appliance.names import display
 
 _JOB_STATES: dict[JobState, pb.JobState.ValueType] = {
     JobState.QUEUED: pb.JOB_STATE_QUEUED,
@@ -70,21 +71,22 @@ def daemon_state_name(value: int) -> str:
 
 
 def job(item: Job) -> pb.Job:
+    # Protobuf strings must be UTF-8 and a file name need not be: names and paths shown escaped.
     return pb.Job(
         id=item.id,
         sha256=item.sha256,
-        source_folder=item.source_folder,
-        relative_path=item.relative_path,
-        name=item.name,
+        source_folder=display(item.source_folder),
+        relative_path=display(item.relative_path),
+        name=display(item.name),
         size=min(item.size, _INT64_MAX),
         profile=item.profile,
         priority=item.priority,
         state=job_state(item.state),
         attempts=item.attempts,
-        reason=item.reason or "",
+        reason=display(item.reason or ""),
         created_at=timestamp(item.created_at),
         updated_at=timestamp(item.updated_at),
-        outputs={str(k): str(v) for k, v in item.outputs.items()},
+        outputs={display(str(k)): display(str(v)) for k, v in item.outputs.items()},
         duplicate_of=item.duplicate_of or "",
     )
 
@@ -97,7 +99,7 @@ def event(transition: Transition) -> pb.JobEvent:
         if transition.from_state is None
         else job_state(transition.from_state),
         to_state=job_state(transition.to_state),
-        reason=transition.reason,
+        reason=display(transition.reason),
         at=timestamp(transition.at),
     )
 
@@ -193,5 +195,8 @@ def _jsonable(value: Any) -> Any:
 
 def review_item(item: ReviewItem) -> pb.ReviewItem:
     return pb.ReviewItem(
-        job=job(item.job), folder=item.folder, reasons=list(item.reasons), fields=_struct(item.fields)
+        job=job(item.job),
+        folder=display(item.folder),
+        reasons=[display(reason) for reason in item.reasons],
+        fields=_struct(item.fields),
     )

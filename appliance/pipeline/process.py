@@ -15,6 +15,7 @@ from appliance.engines.base import Engine
 from appliance.engines.factory import vlm_of
 from appliance.errors import DocumentError, FailureReason
 from appliance.hashing import sha256_file
+from appliance.names import display
 from appliance.pipeline.cascade import Cascade
 from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
@@ -92,7 +93,12 @@ class DocumentProcessor:
                 FailureReason.CORRUPT, f"{path.name} cannot be read: {error.strerror}"
             ) from None
         source = SourceFile(
-            name=path.name, path=source_path or str(path), sha256=digest, size=size, media_type=media_type
+            # Shown escaped: every result format is UTF-8, and a name need not be (names.display).
+            name=display(path.name),
+            path=display(source_path or str(path)),
+            sha256=digest,
+            size=size,
+            media_type=media_type,
         )
         document = Document(
             source=source,
