@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from appliance.document import Document, Line
+from appliance.fields.header import address_rows, address_value, company_rows, company_value
 from appliance.fields.model import FieldValue, Span
 from appliance.fields.money import Amount, first_of, item_amounts, labelled_amounts
 from appliance.repair.chinese_numerals import has_financial_numerals, parse_financial
@@ -52,28 +53,6 @@ def rows_of(document: Document) -> list[Row]:
     ]
 
 
-_COMPANY_SUFFIX = re.compile(
-    r"\b(SDN\.?\s*BHD|BHD|S/B|SDN|ENTERPRISES?|TRADING|RESTORAN|RESTAURANT|HARDWARE|STATIONERY|MART|"
-    r"BAKER(Y|IES)|CO\.|COMPANY|LTD|LIMITED|INC|PLC|GROUP|GROCER|SUPERMARKET|PHARMACY|CAFE|KEDAI|"
-    r"PERNIAGAAN|SYARIKAT|MARKETING|STATION)\b|有限公司|公司|商店|超市|酒店",
-    re.IGNORECASE,
-)
-_NOT_COMPANY = re.compile(
-    r"^(TAX\s*INVOICE|INVOICE|RECEIPT|OFFICIAL RECEIPT|CASH\s*(BILL|SALES?)|SIMPLIFIED|WELCOME|"
-    r"发票|收据)\b",
-    re.IGNORECASE,
-)
-_REGISTRATION = re.compile(
-    r"\(?\b(?:CO\.?\s*(?:REG\.?\s*)?NO\.?|COMPANY NO\.?|ROC)?[:\s]*\d{4,}[-\s]?[A-Z]\b\)?|\(\s*\d{4,}[^)]*\)"
-)
-_ADDRESS_STOP = re.compile(
-    # A leading boundary only: the recogniser often drops spaces ("DocumentNo:", "TAXINVOICE").
-    r"\b(TEL|FAX|PHONE|H/?P|GST|SST|REG|EMAIL|E-MAIL|WWW|HTTP|DATE|INVOICE|RECEIPT|CASHIER|TABLE|BILL|"
-    r"ORDER|TAX|DOC(UMENT)?|TIME|COUNTER|MEMBER|SALES?|SERVER|TERMINAL|NO\s*:\s*\d|OPEN|CO\.?\s*NO|"
-    r"COMPANY\s*NO)|电话|日期|发票",
-    re.IGNORECASE,
-)
-_POSTCODE = re.compile(r"\b\d{5}\b")
 _NOT_ITEM = re.compile(r"CASH|CHANGE|TENDER|PAID|BALANCE|VISA|MASTER|CARD|DISC", re.IGNORECASE)
 _INVOICE_NO = re.compile(
     r"(?:INVOICE|INV|RECEIPT|BILL|DOC(?:UMENT)?|TRANS(?:ACTION)?|RCPT|SLIP|CHECK|CHK)\s*"
@@ -87,51 +66,21 @@ def _field(spans: list[Span], raw: str, value: str | None, rules: list[str] | No
 
 
 def _company(rows: list[Row]) -> tuple[FieldValue | None, int]:
-    """The shop's name: the first row near the top with a company suffix, else the first name-like row."""
-    head = [(index, row) for index, row in enumerate(rows[:15]) if row.page == 0]
-    chosen: list[int] = []
-    for index, row in head:
-        if _COMPANY_SUFFIX.search(row.text) and not _NOT_COMPANY.search(row.text):
-            chosen = [index]
-            # "MR. D.I.Y. (M)" / "SDN BHD" printed on two rows: the suffix row continues the name above.
-            if index > 0 and re.fullmatch(r"\W*(SDN\.?\s*BHD\.?|BHD\.?|S/B)\W*", row.text, re.IGNORECASE):
-                chosen = [index - 1, index]
-            break
-    if not chosen:
-        for index, row in head:
-            letters = sum(char.isalpha() for char in row.text)
-            if letters >= 3 and not _NOT_COMPANY.search(row.text) and not find_dates(row.text, "en"):
-                chosen = [index]
-                break
+    """The shop's name and the index of its last row (-1 when none was found)."""
+    chosen = company_rows(rows)
     if not chosen:
         return None, -1
     spans = [span for index in chosen for span in rows[index].spans()]
     raw = " ".join(rows[index].text for index in chosen)
-    value = _REGISTRATION.sub("", raw).strip(" ,.-")
-    value = re.sub(r"\s+", " ", value)
-    return _field(spans, raw, value), chosen[-1]
+    return _field(spans, raw, company_value(raw)), chosen[-1]
 
 
 def _address(rows: list[Row], after: int) -> FieldValue | None:
-    """Rows after the company up to the first phone, tax-id or date row."""
-    picked: list[Row] = []
-    for row in rows[after + 1 : after + 8]:
-        text = row.text.strip()
-        if _ADDRESS_STOP.search(text) or find_dates(text, "en"):
-            if picked:
-                break
-            continue  # a registration row between the name and the address
-        if _REGISTRATION.fullmatch(text) or (re.fullmatch(r"[\W\d]*-?[A-Z]?\W*", text) and len(text) < 14):
-            continue
-        if picked and _POSTCODE.search(picked[-1].text) and not re.fullmatch(r"[A-Z .,]{3,30}", text):
-            break  # after the postcode row only a state or country name belongs to the address
-        picked.append(row)
-        if len(picked) >= 5:
-            break
+    picked = address_rows(rows, after)
     if not picked:
         return None
-    raw = " ".join(row.text for row in picked)
-    return _field([span for row in picked for span in row.spans()], raw, re.sub(r"\s+", " ", raw).strip())
+    raw = " ".join(rows[index].text for index in picked)
+    return _field([span for index in picked for span in rows[index].spans()], raw, address_value(raw))
 
 
 def _date(rows: list[Row], locale: str) -> FieldValue | None:

@@ -1,0 +1,137 @@
+"""A receipt's head: the shop's name (company) and its address, from the rows above the first sums.
+
+The name is printed first, before the registration number and the address; where several name
+rows are printed (a brand, then the legal name "... SDN BHD"), the one with a company marker
+nearest above the address is the company, and a row that starts with a marker ("ENTERPRISE
+(SETIA ALAM) SDN BHD") continues the row above. The address is the rows after the name up to
+the phone, tax-id or date rows, joined with spaces as printed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from appliance.fields.spacing import restore_spaces
+from appliance.repair.dates import find_dates
+
+if TYPE_CHECKING:
+    from appliance.fields.receipt import Row
+
+_MARKER = (
+    r"SDN\.?\s*BHD|\bBHD\b|S/B\b|\bSDN\b|ENTERPRISES?|TRADING|RESTORAN|RESTAURANT|HARDWARE|STATIONERY|"
+    r"\bMART\b|BAKER(Y|IES)|\bCO\.|COMPANY|\bLTD\b|LIMITED|\bINC\b|\bPLC\b|\bGROUP\b|GROCER|SUPERMARKET|"
+    r"PHARMACY|\bCAFE\b|KEDAI|PERNIAGAAN|SYARIKAT|MARKETING|\(M\)|PTE\.?\s*LTD|有限公司|公司|商店|超市|酒店"
+)
+COMPANY_MARKER = re.compile(_MARKER, re.IGNORECASE)
+_STARTS_WITH_MARKER = re.compile(rf"^\W*({_MARKER})", re.IGNORECASE)
+_NOT_NAME = re.compile(
+    r"TAX\s*INVOICE|^\W*(INVOICE|RECEIPT|OFFICIAL\s*RECEIPT|CASH\s*(BILL|SALES?)|SIMPLIFIED|WELCOME|"
+    r"YOUR\s*ORDER|ORDER\s*NO|THANK)|发票|收据",
+    re.IGNORECASE,
+)
+REGISTRATION = re.compile(
+    r"\(?\s*(?:C[O0](?:MPANY)?\.?\s*-?\s*(?:REG(?:ISTRATION)?\.?\s*)?(?:N[O0]\.?)?|REG\.?\s*N[O0]\.?|ROC|C[O0]-RE\w*)"
+    r"\s*[:.]?\s*\d{4,}[-\s]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$",
+    re.IGNORECASE,
+)
+_ADDRESS_START = re.compile(
+    r"^\W*(NO\b|NO\.|LOT\b|L\d|UNIT\b|LEVEL\b|BLOCK\b|BLK\b|\d+[A-Z]?\s*[-,/.&]|\d+\s+[A-Z])|"
+    r"\b(JALAN|JLN|TAMAN|TMN|ROAD|STREET|LORONG|PERSIARAN|AVENUE)\b|\b\d{5}\b",
+    re.IGNORECASE,
+)
+_ADDRESS_STOP = re.compile(
+    # No trailing boundary: the recogniser often drops spaces ("DocumentNo:", "TAXINVOICE").
+    r"\b(TEL|FAX|PHONE|H/?P|GST|SST|EMAIL|E-MAIL|WWW|HTTP|DATE|INVOICE|RECEIPT|CASHIER|TABLE|BILL|"
+    r"ORDER|TAX|DOC(UMENT)?|TIME|COUNTER|MEMBER|SALES?|SERVER|TERMINAL|NO\s*:\s*\d|OPEN|MOBILE|"
+    r"WHATSAPP|GUEST|SLIP|PAY|CASH)|REG\.?\s*N[O0]|C[O0]\.?\s*N[O0]|COMPANY\s*(REG|NO)|电话|日期|发票",
+    re.IGNORECASE,
+)
+_PHONE = re.compile(r"\+?\(?\d{2,4}\)?[-\s]?\d{3,4}[-\s]?\d{3,5}\b")
+_AMOUNT = re.compile(r"\d\.\d{2}\b")
+_POSTCODE = re.compile(r"\b\d{5}\b")
+_HEAD_ROWS = 15
+
+
+def _name_like(text: str) -> bool:
+    letters = sum(char.isalpha() for char in text)
+    return letters >= 3 and not _NOT_NAME.search(text) and not find_dates(text, "en")
+
+
+def _is_registration(text: str) -> bool:
+    return bool(REGISTRATION.search(text)) and sum(c.isalpha() for c in REGISTRATION.sub("", text)) < 3
+
+
+def company_rows(rows: list[Row]) -> list[int]:
+    """The indices of the company's rows at the head of the first page, or [] when none is name-like."""
+    head = [(index, row) for index, row in enumerate(rows[:_HEAD_ROWS]) if row.page == 0]
+    # The head ends at the first registration, address, phone or date row after a name was seen.
+    names: list[int] = []
+    for index, row in head:
+        text = row.text.strip()
+        marked = COMPANY_MARKER.search(text)
+        ends = (
+            _is_registration(text)
+            or (_ADDRESS_START.search(text) and not marked)
+            or _ADDRESS_STOP.search(text)
+            or find_dates(text, "en")
+        )
+        if ends and names:
+            break
+        if not ends and _name_like(text):
+            names.append(index)
+    if not names:
+        return []
+    marked_rows = [index for index in names if COMPANY_MARKER.search(rows[index].text)]
+    if not marked_rows:
+        return [names[0]]
+    chosen = marked_rows[-1]
+    if _STARTS_WITH_MARKER.search(rows[chosen].text) and chosen - 1 in names:
+        return [chosen - 1, chosen]  # "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA ALAM) SDN BHD"
+    return [chosen]
+
+
+def company_value(raw: str) -> str:
+    """The name without its registration number, with lost spaces restored."""
+    value = REGISTRATION.sub(" ", raw)
+    return restore_spaces(value).strip(" ,:-")
+
+
+def address_rows(rows: list[Row], after: int) -> list[int]:
+    """Rows after the company up to the first phone, tax-id, date or amount row."""
+    picked: list[int] = []
+    for index in range(after + 1, min(after + 9, len(rows))):
+        text = rows[index].text.strip()
+        stop = _ADDRESS_STOP.search(text) or find_dates(text, "en") or _AMOUNT.search(text)
+        phone_only = _PHONE.search(text) and sum(c.isalpha() for c in text) < 4
+        if stop or phone_only:
+            if picked:
+                break
+            continue  # a registration or tax-id row between the name and the address
+        if _is_registration(text) or (re.fullmatch(r"[\W\d]*-?[A-Z]?\W*", text) and len(text) < 14):
+            continue
+        after_postcode = [i for i in picked if _POSTCODE.search(rows[i].text)]
+        if after_postcode and (
+            picked[-1] != after_postcode[-1] or not re.fullmatch(r"[A-Za-z .,]{3,40}", text)
+        ):
+            break  # after the postcode row only one row naming a state or country belongs to the address
+        picked.append(index)
+        if len(picked) >= 5:
+            break
+    return picked
+
+
+def address_value(raw: str) -> str:
+    """The address rows joined with single spaces, lost spaces restored, registration numbers cut.
+
+    Besides the name's rules: a space after a comma before a word ("53200,KUALA"), after a
+    postcode glued to the town ("43200Cheras"), between a word and the number that follows it
+    ("Tampoi7/4", "JLN1/50"; "SS21", "UP2" and "PT15944" are codes and stay), and between the
+    words of a town run together in mixed case ("JohorBahru").
+    """
+    text = restore_spaces(REGISTRATION.sub(" ", raw))
+    text = re.sub(r",(?=[A-Za-z])", ", ", text)
+    text = re.sub(r"\b(\d{5})(?=[A-Za-z]{3})", r"\1 ", text)
+    text = re.sub(r"(?<![A-Za-z0-9])([A-Za-z]{3,})(?=\d)", r"\1 ", text)
+    text = re.sub(r"(?<=[a-z]{2})(?=[A-Z][a-z])", " ", text)
+    return re.sub(r"\s+", " ", text).strip()

@@ -1,0 +1,60 @@
+"""Spaces a recogniser lost in a shop's name or address, put back where receipts print them.
+
+Recognisers drop the narrow gaps of thermal print: "UNIHAKKAINTERNATIONALSDNBHD",
+"BAKERIES(KL)SDN BHD", "SDN.BHD", "DISTRIBUTOR &MARKETING". Only unambiguous places are touched:
+around brackets, after an abbreviating point, around an ampersand spaced on one side, and around
+words of a small business and address vocabulary found inside a long run of letters.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Words that name a kind of business or a part of an address (Malaysia, Singapore and English).
+# A word is split out of a run only when the run is long, so "ENTERPRISES" stays whole.
+VOCABULARY = (
+    "INTERNATIONAL", "ENTERPRISE", "TRADING", "HARDWARE", "RESTAURANT", "RESTORAN", "MARKETING",
+    "SERVICES", "SERVICE", "BAKERIES", "BAKERY", "SUPERMARKET", "STATIONERY", "FURNISHING", "HOLDINGS",
+    "INDUSTRIES", "DISTRIBUTOR", "CORPORATION", "COMPANY", "BROTHERS", "PHARMACY", "ELECTRICAL",
+    "MACHINERY", "TRAVEL", "KITCHEN", "NOODLE", "HOUSE", "GROCER", "SEAFOOD", "CONFECTIONERY",
+    "PERNIAGAAN", "SYARIKAT", "KEDAI", "JALAN", "TAMAN", "BANDAR", "KAWASAN", "PERINDUSTRIAN",
+    "SEKSYEN", "KUALA", "LUMPUR", "SELANGOR", "JOHOR", "BAHRU", "PENANG", "PAHANG", "MALAYSIA",
+    "PETALING", "SHAH", "ALAM", "UTAMA", "JAYA", "SETIA", "INDAH", "PERDANA", "METRO", "SDN", "BHD",
+)  # fmt: skip
+_LONG_RUN = re.compile(r"[A-Z]{10,}")
+_WORDS = re.compile("|".join(sorted(VOCABULARY, key=len, reverse=True)))
+
+
+def _split_run(match: re.Match[str]) -> str:
+    run = match.group(0)
+    pieces: list[str] = []
+    position = 0
+    for word in _WORDS.finditer(run):
+        before = run[position : word.start()]
+        # A piece of one or two letters left over is more likely part of a longer word: keep whole.
+        if before and len(before) < 3:
+            continue
+        if before:
+            pieces.append(before)
+        pieces.append(word.group(0))
+        position = word.end()
+    rest = run[position:]
+    if rest and len(rest) < 3 and pieces:
+        pieces[-1] += rest
+    elif rest:
+        pieces.append(rest)
+    return " ".join(pieces) if pieces else run
+
+
+def restore_spaces(text: str) -> str:
+    """The text with the spaces thermal print lost put back; the letters' case is kept."""
+    text = re.sub(r"\s+", " ", text).strip()
+    # Only runs printed in capitals: a mixed-case word ("Kitchenette") was read with its spaces.
+    text = _LONG_RUN.sub(_split_run, text)
+    # SDN.BHD -> SDN. BHD; SDNBHD -> SDN BHD
+    text = re.sub(r"\b(SDN)\s*(\.?)\s*(BHD)", lambda m: f"{m[1]}{m[2]} {m[3]}", text, flags=re.IGNORECASE)
+    text = re.sub(r"(?<=[A-Za-z0-9.])\(", " (", text)  # BAKERIES(KL) -> BAKERIES (KL)
+    text = re.sub(r"\)(?=[A-Za-z0-9])", ") ", text)  # (KL)SDN -> (KL) SDN
+    text = re.sub(r"\b(MR|MRS|MS|DR|CO)\.(?=[A-Za-z(])", r"\1. ", text, flags=re.IGNORECASE)  # MR.D.I.Y.
+    text = re.sub(r"(?<=\S) &(?=\S)|(?<=\S)& (?=\S)", " & ", text)  # "A &B", "A& B": both sides
+    return re.sub(r"\s+", " ", text).strip()
