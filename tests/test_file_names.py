@@ -19,6 +19,7 @@ import pytest
 
 from appliance import daemon as daemon_module
 from appliance.api import convert
+from appliance.control import DaemonState, Status
 from appliance.intake.claim import claim
 from appliance.intake.filtering import is_candidate
 from appliance.journal import JobState, Journal
@@ -185,6 +186,23 @@ def test_api_messages_show_such_names_escaped(tmp_path: Path) -> None:
         job = journal.finish(job.id, JobState.DONE, "read", {"json": f"/out/{NAME}.json"})
     message = convert.job(job)
     assert message.name == SHOWN
+    errors = convert.status(
+        Status(
+            version="0",
+            uptime_seconds=1.0,
+            state=DaemonState.RUNNING,
+            intake_paused_for_disk=False,
+            engines=[],
+            workers=1,
+            workers_busy=0,
+            queue={},
+            pages_per_second={},
+            gpu_memory_used_bytes=None,
+            gpu_memory_budget_bytes=None,
+            recent_errors=[{"at": 1.0, "job_id": "", "message": f"cannot claim /in/{NAME}"}],
+        )
+    ).recent_errors
+    assert errors[0].message == f"cannot claim /in/{SHOWN}"
     assert message.relative_path == SHOWN
     assert message.outputs["json"] == f"/out/{SHOWN}.json"
     message.SerializeToString()

@@ -128,7 +128,7 @@ def status(item: Status) -> pb.GetStatusResponse:
             pb.RecentError(
                 at=timestamp(float(error.get("at") or 0.0)),
                 job_id=str(error.get("job_id") or ""),
-                message=str(error.get("message") or ""),
+                message=display(str(error.get("message") or "")),  # may quote a file name
             )
             for error in item.recent_errors
         ],
