@@ -150,3 +150,99 @@ def test_numeric_confusions_never_touch_free_text() -> None:
     repair_document(document, RepairConfig(receipt_min_score=0))
     assert document.pages[0].lines[0].text == "SOLD BY SOS SDN BHD"
     assert document.fields["company"].value == "SOLD BY SOS SDN BHD"
+
+
+# A till slip as a reader gives it: item rows with quantity, unit price and amount, a tax summary
+# that repeats the sums, spaces lost between words, the date glued to the time.
+TILL_SLIP = [
+    ["SINARMAJUTRADINGSDNBHD"],
+    ["(100234-K)"],
+    ["NO.8,JALAN BUNGA RAYA 3,"],
+    ["52100KUALA LUMPUR"],
+    ["TEL:03-6200 1234"],
+    ["GST NO:000123456789"],
+    ["TAX INVOICE"],
+    ["DATE:14/02/201919:05:33"],
+    ["WHITE BREAD 400G"],
+    ["1X 4.20", "4.20 SR"],
+    ["FRESH MILK 1L"],
+    ["2X 6.65", "13.30 SR"],
+    ["TOTAL QTY:", "3"],
+    ["TOTAL INCL GST", "17.50"],
+    ["CASH", "20.00"],
+    ["CHANGE", "2.50"],
+    ["GST SUMMARY", "AMOUNT", "TAX"],
+    ["SR @6%", "16.51", "0.99"],
+]
+
+
+def test_till_slip_fields_with_reader_spacing() -> None:
+    document = _document(TILL_SLIP)
+    repair_document(document, RepairConfig())
+    fields = document.fields
+    assert fields["company"].value == "SINARMAJU TRADING SDN BHD"
+    assert fields["address"].value == "NO.8, JALAN BUNGA RAYA 3, 52100 KUALA LUMPUR"
+    assert (fields["date"].raw, fields["date"].value) == ("14/02/2019", "2019-02-14")
+    assert fields["total"].value == "17.50"
+    checks = {c.rule_id: c.passed for c in fields["total"].checks}
+    # unit prices are not counted beside the line amounts: 4.20 + 13.30, not 4.20 + 4.20 + 6.65 + 13.30
+    assert checks == {"total.items_sum": True, "total.cash_change": True}
+    assert not any(field.review for field in fields.values())
+
+
+def test_rounded_total_is_taken_over_the_unrounded_one() -> None:
+    rows = [
+        ["KEDAI RUNCIT ANEKA"],
+        ["DATE: 02/01/2019"],
+        ["SUGAR 1KG", "2.89"],
+        ["FLOUR 1KG", "2.58"],
+        ["TOTAL AMOUNT:", "5.47"],
+        ["ROUNDING:", "-0.02"],
+        ["NETT TOTAL:", "5.45"],
+    ]
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    total = document.fields["total"]
+    assert total.value == "5.45"
+    assert "total.rounded" in total.rules
+    assert {c.rule_id: c.passed for c in total.checks} == {"total.items_sum": True}
+
+
+def test_total_confirmed_by_cash_and_change_not_by_the_tender_line() -> None:
+    rows = [
+        ["KOPITIAM MAJU RESTAURANT"],
+        ["DATE: 02/01/2019"],
+        ["NASI LEMAK", "6.00"],
+        ["TEH TARIK", "2.50"],
+        ["SUB TOTAL", "8.50"],
+        ["SERVICE CHARGE 10%", "0.85"],
+        ["SST 6%", "0.51"],
+        ["ROUNDING ADJ", "-0.01"],
+        ["TOTAL", "9.85"],
+        ["CASH", "50.00"],
+        ["CHANGE", "40.15"],
+    ]
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    total = document.fields["total"]
+    assert total.value == "9.85"
+    # the service charge is part of what is paid: 8.50 + 0.85 + 0.51 - 0.01
+    assert {c.rule_id: c.passed for c in total.checks} == {
+        "total.cash_change": True,
+        "total.tax": True,
+        "total.items_sum": True,
+    }
+    assert total.review is False
+
+
+def test_a_misread_total_disagreeing_with_cash_and_change_goes_to_review() -> None:
+    rows = [row if row[0] != "TOTAL" else ["TOTAL", "19.85"] for row in [
+        ["KOPITIAM MAJU RESTAURANT"], ["DATE: 02/01/2019"], ["NASI LEMAK", "6.00"], ["TEH TARIK", "3.85"],
+        ["TOTAL", "9.85"], ["CASH", "50.00"], ["CHANGE", "40.15"],
+    ]]  # fmt: skip
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    total = document.fields["total"]
+    assert total.value == "19.85"
+    assert total.review is True
+    assert any(reason.startswith("total.cash_change failed") for reason in total.reasons)

@@ -13,9 +13,9 @@ from appliance.repair.dates import find_dates, parse_date
 from appliance.repair.ids import check_id, find_ids
 from appliance.repair.json_output import parse_model_json
 from appliance.repair.numeric import fix_digits
-from appliance.repair.ruleset import RULES, RULESET_VERSION
+from appliance.repair.ruleset import RULES, RULESET_VERSION, Check
 from appliance.repair.text import normalise
-from appliance.repair.totals import check_items, check_tax
+from appliance.repair.totals import check_cash_change, check_items, check_tax
 
 
 @pytest.mark.parametrize(
@@ -157,6 +157,10 @@ def test_chinese_financial_round_trip_many() -> None:
         ("05Mar201818:24", "en-MY", "2018-03-05", "date.month_name", False),  # spaces lost by OCR
         ("10 OCT 2017", "en-MY", "2017-10-10", "date.month_name", False),
         ("DATE: 25/12/20188:13:39PM", "en-MY", "2018-12-25", "date.dmy", False),
+        ("10/03/201817:24:07", "en-MY", "2018-03-10", "date.dmy", True),  # the time glued on
+        ("Date:17/06/20187:36:12PM", "en-MY", "2018-06-17", "date.dmy", False),
+        ("2018-03-2317:24", "en-MY", "2018-03-23", "date.iso", False),
+        ("DATE :100CT2017 TUE", "en-MY", "2017-10-10", "date.month_name", False),  # O read as 0
         ("2O18-O3-23", "en-MY", "2018-03-23", "date.iso", False),
     ],
 )
@@ -235,6 +239,26 @@ def test_tax_cross_check(subtotal: str, tax: str, total: str, rounding: str | No
     assert check is not None and check.passed is passed and check.rule_id == "total.tax"
 
 
+def test_service_charge_is_part_of_the_total() -> None:
+    check = check_tax(
+        Decimal("295.00"), Decimal("19.47"), Decimal("343.95"), Decimal("-0.02"), Decimal("29.50")
+    )
+    assert check is not None and check.passed
+    without = check_tax(Decimal("295.00"), Decimal("19.47"), Decimal("343.95"), Decimal("-0.02"))
+    assert without is not None and not without.passed
+
+
+def test_cash_minus_change_is_the_total() -> None:
+    assert check_cash_change(Decimal("50.00"), Decimal("21.70"), Decimal("28.30")) == Check(
+        "total.cash_change", True, "50.00 - 21.70 vs 28.30"
+    )
+    assert not check_cash_change(Decimal("50.00"), Decimal("32.55"), Decimal("117.45")).passed  # type: ignore[union-attr]
+    # change counted from the unrounded amount: the printed rounding is allowed for
+    check = check_cash_change(Decimal("10.03"), Decimal("5.00"), Decimal("5.00"), Decimal("0.03"))
+    assert check is not None and check.passed
+    assert check_cash_change(Decimal("50.00"), None, Decimal("28.30")) is None
+
+
 def test_tax_cross_check_needs_both_values() -> None:
     assert check_tax(None, Decimal(1), Decimal(2)) is None
 
@@ -250,6 +274,17 @@ def test_tax_cross_check_needs_both_values() -> None:
 def test_items_cross_check(items: list[str], subtotal: str | None, total: str, passed: bool) -> None:
     check = check_items([Decimal(i) for i in items], Decimal(subtotal) if subtotal else None, Decimal(total))
     assert check is not None and check.passed is passed
+
+
+def test_items_cross_check_stops_at_the_sums_a_count_left_in() -> None:
+    # a tax summary's taxable amount read as one more item: the first items still add up
+    check = check_items([Decimal("5.20"), Decimal("8.90"), Decimal("13.30")], None, Decimal("14.10"))
+    assert check is not None and check.passed
+    # prices without tax: items plus the tax make the total
+    check = check_items([Decimal("10.00"), Decimal("11.32")], None, Decimal("22.60"), Decimal("1.28"))
+    assert check is not None and check.passed
+    check = check_items([Decimal("5.20"), Decimal("5.20"), Decimal("8.90")], None, Decimal("14.10"))
+    assert check is not None and not check.passed
 
 
 def test_items_cross_check_needs_two_items() -> None:

@@ -19,7 +19,7 @@ MONTHS = {name: index + 1 for index, name in enumerate(
 _D = r"[\dOoIlSB]"  # a digit, or a glyph the recogniser confuses with one (fixed before reading)
 # A time printed straight after the date, its space lost by the recogniser: "10/03/201817:24:07".
 _GLUED_TIME = r"(?=[0-2]?\d[:.][0-5]\d)"
-_MONTH = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)[a-z]*\.?"
+_MONTH = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sept?|[o0]ct|nov|dec)[a-z]*\.?"  # 0CT: O read as 0
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("date.cjk", re.compile(r"(?P<y>\d{4})\s*年\s*(?P<m>\d{1,2})\s*月\s*(?P<d>\d{1,2})\s*[日号]?")),
     ("date.iso", re.compile(
@@ -91,7 +91,7 @@ def _read(rule: str, match: re.Match[str], locale: str) -> DateMatch | None:
         else:
             iso, rules[0] = day_first, "date.dmy"
     elif groups.get("mon"):
-        iso = _make(year, MONTHS[groups["mon"].lower()[:3]], int(raw_digits["d"]))
+        iso = _make(year, MONTHS[groups["mon"].lower().replace("0", "o")[:3]], int(raw_digits["d"]))
     else:
         iso = _make(year, int(raw_digits["m"]), int(raw_digits["d"]))
     if iso is None:

@@ -83,8 +83,3 @@ def check_cash_change(
     paid = cash - change
     slack = max(TOLERANCE, abs(rounding or Decimal(0)))
     return Check("total.cash_change", _near(paid, total, slack), f"{cash} - {change} vs {total}")
-
-
-def round_cash(value: Decimal) -> Decimal:
-    """The amount rounded to the nearest 5 sen, as a Malaysian or Singaporean cash total is."""
-    return (value * 20).quantize(Decimal(1), rounding="ROUND_HALF_UP") / 20

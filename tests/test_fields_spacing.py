@@ -1,0 +1,35 @@
+"""Spaces lost by the reader in names and addresses, put back where receipts print them."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.fields.header import address_value, company_value
+from appliance.fields.spacing import restore_spaces
+
+
+@pytest.mark.parametrize(
+    ("read", "expected"),
+    [
+        ("SINARMAJUTRADINGSDNBHD", "SINARMAJU TRADING SDN BHD"),
+        ("KEDAI BUKU(PJ)SDN.BHD.", "KEDAI BUKU (PJ) SDN. BHD."),
+        ("MR.A.B.C.(M) SDN BHD", "MR. A.B.C. (M) SDN BHD"),
+        ("TAN &LEE MARKETING", "TAN & LEE MARKETING"),
+        ("F&B CORNER", "F&B CORNER"),  # an ampersand printed without spaces stays so
+        ("ENTERPRISES", "ENTERPRISES"),  # a short run is one word
+        ("Sunrise Kitchenette", "Sunrise Kitchenette"),  # mixed case was read with its spaces
+    ],
+)
+def test_restore_spaces(read: str, expected: str) -> None:
+    assert restore_spaces(read) == expected
+
+
+def test_company_value_drops_the_registration_number() -> None:
+    assert company_value("ACME HARDWARE(M)SDN BHD(123456-X)") == "ACME HARDWARE (M) SDN BHD"
+    assert company_value("BAKERIES (KL) SDN BHD (139386 X)") == "BAKERIES (KL) SDN BHD"
+
+
+def test_address_value_spaces_commas_postcodes_and_numbers() -> None:
+    read = "NO.3,JALANMAJUJAYA5/2,TAMAN SRI, 43200Cheras,Selangor"
+    assert address_value(read) == "NO.3, JALAN MAJU JAYA 5/2, TAMAN SRI, 43200 Cheras, Selangor"
+    assert address_value("LOT 5, JALAN SS21/39, UP2-01") == "LOT 5, JALAN SS21/39, UP2-01"  # codes stay
