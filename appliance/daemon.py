@@ -52,7 +52,7 @@ from appliance.intake.completeness import check_complete
 from appliance.intake.filtering import is_candidate
 from appliance.intake.lease import WriterActiveError
 from appliance.intake.stability import FileStabilityTracker
-from appliance.intake.watch import make_observer
+from appliance.intake.watch import make_observer, reports_writer_closes
 from appliance.journal import Job, JobState, Journal
 from appliance.names import NAME_MAX, display, display_all, fit_name, name_bytes
 from appliance.outputs.atomic import fsync_directory, write_atomic
@@ -93,10 +93,14 @@ class _EventForwarder(FileSystemEventHandler):
     """Forwards watchdog events to the daemon's thread; does no work on the observer's thread."""
 
     def __init__(
-        self, folder: HotFolderConfig, events: queue.SimpleQueue[tuple[HotFolderConfig, Path]]
+        self,
+        folder: HotFolderConfig,
+        events: queue.SimpleQueue[tuple[HotFolderConfig, Path]],
+        writes: queue.SimpleQueue[tuple[HotFolderConfig, Path, bool]] | None = None,
     ) -> None:
         self._folder = folder
         self._events = events
+        self._writes = writes  # (folder, path, closed) for a write or a writer's close, where seen
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
@@ -107,7 +111,10 @@ class _EventForwarder(FileSystemEventHandler):
             return
         target = getattr(event, "dest_path", "") or event.src_path
         # os.fsdecode: a name that is not UTF-8 must reach intake (as surrogate escapes), not raise here.
-        self._events.put((self._folder, Path(os.fsdecode(target))))
+        path = Path(os.fsdecode(target))
+        if self._writes is not None and event.event_type in ("modified", "closed"):
+            self._writes.put((self._folder, path, event.event_type == "closed"))
+        self._events.put((self._folder, path))
 
 
 def _unique_path(path: Path) -> Path:
@@ -145,6 +152,14 @@ def _move_file(source: Path, target: Path) -> Path:
     shutil.move(str(source), target)
     fsync_directory(target.parent)
     return target
+
+
+def _tracker(config: AppConfig) -> FileStabilityTracker:
+    # A file marked as being written whose close was never seen settles after the time an
+    # incomplete file is reported after: by then it is looked at, written or not.
+    return FileStabilityTracker(
+        config.intake.settle_seconds, writer_grace_seconds=config.intake.incomplete_timeout_seconds
+    )
 
 
 def _failure_reason(journal_reason: str) -> FailureReason:
@@ -233,8 +248,9 @@ class Daemon:
         self._journal_path = state_dir / "journal.sqlite3"
         self._journal: Journal | None = None
         self._events: queue.SimpleQueue[tuple[HotFolderConfig, Path]] = queue.SimpleQueue()
+        self._writes: queue.SimpleQueue[tuple[HotFolderConfig, Path, bool]] = queue.SimpleQueue()
         self._folders = {
-            folder.path: _FolderState(folder, FileStabilityTracker(config.intake.settle_seconds))
+            folder.path: _FolderState(folder, _tracker(config))
             for folder in config.hot_folders
         }
         self._folder_by_source = {str(folder.path): folder for folder in config.hot_folders}
@@ -281,7 +297,7 @@ class Daemon:
         for state in self._folders.values():
             observer = make_observer(state.config.path, state.config.watch, self._config.intake.poll_seconds)
             observer.schedule(
-                _EventForwarder(state.config, self._events), str(state.config.path), recursive=True
+                self._forwarder(state.config, observer), str(state.config.path), recursive=True
             )
             observer.start()
             state.observer = observer
@@ -470,14 +486,15 @@ class Daemon:
             for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
                 directory.mkdir(parents=True, exist_ok=True)
             if path not in self._folders:
-                state = _FolderState(folder, FileStabilityTracker(new.intake.settle_seconds))
+                state = _FolderState(folder, _tracker(new))
                 observer = make_observer(folder.path, folder.watch, new.intake.poll_seconds)
-                observer.schedule(_EventForwarder(folder, self._events), str(folder.path), recursive=True)
+                observer.schedule(self._forwarder(folder, observer), str(folder.path), recursive=True)
                 observer.start()
                 state.observer = observer
                 self._folders[path] = state
             else:
                 self._folders[path].tracker.settle_seconds = new.intake.settle_seconds
+                self._folders[path].tracker.writer_grace_seconds = new.intake.incomplete_timeout_seconds
         # Jobs already claimed from a folder that is gone still finish into its old folders.
         self._folder_by_source.update({str(folder.path): folder for folder in new.hot_folders})
         self._rescan()
@@ -535,7 +552,28 @@ class Daemon:
             for path in sorted(state.config.path.rglob("*")):
                 self._events.put((state.config, path))
 
+    def _forwarder(self, folder: HotFolderConfig, observer: BaseObserver) -> _EventForwarder:
+        """Events of `folder` to this thread; writes and closes too where the observer reports them."""
+        writes = self._writes if reports_writer_closes(observer) else None
+        return _EventForwarder(folder, self._events, writes)
+
+    def _drain_writes(self) -> None:
+        """Tell the trackers which files a writer changed, and which it closed, in the order seen."""
+        while True:
+            try:
+                folder, path, closed = self._writes.get_nowait()
+            except queue.Empty:
+                return
+            state = self._folders.get(folder.path)
+            if state is None or not is_candidate(path, folder.path, folder.ignore)[0]:
+                continue
+            if closed:
+                state.tracker.closed_after_write(path)
+            else:
+                state.tracker.written(path)
+
     def _drain_events(self) -> None:
+        self._drain_writes()
         while True:
             try:
                 folder, path = self._events.get_nowait()

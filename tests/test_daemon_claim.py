@@ -18,7 +18,8 @@ from PIL.TiffImagePlugin import AppendingTiffWriter
 from appliance import daemon as daemon_module
 from appliance.intake import claim as claim_module
 from appliance.intake.claim import Claimed
-from appliance.intake.lease import WriterActiveError
+from appliance.intake.lease import ReadLease, WriterActiveError
+from appliance.intake.stability import FileStabilityTracker
 from appliance.journal import JobState
 from tests.polling import png_bytes, wait_for
 from tests.test_daemon import Running, _config
@@ -107,6 +108,8 @@ def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
         return claimed
 
     monkeypatch.setattr(daemon_module, "claim", claim)
+    # The lease alone: inotify's view of writes and closes (the other guard, below) switched off.
+    monkeypatch.setattr(daemon_module, "reports_writer_closes", lambda observer: False, raising=False)
     config = _config(tmp_path)  # settle_seconds 0.3
     pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
     with Running(config) as running:
@@ -135,3 +138,54 @@ def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
         with Image.open(archived) as image:
             assert image.n_frames == 3
         assert len(refused) >= 3
+
+
+def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_closes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox's files belong to another user (a scanner's share): no lease, but inotify sees writes."""
+    monkeypatch.setattr(
+        claim_module, "take_read_lease", lambda fd: ReadLease(fd, held=False, unavailable="not the owner")
+    )
+    real_being_written = getattr(FileStabilityTracker, "being_written", lambda self, path: False)
+    held: list[float] = []  # when a settled-looking file was held back for its open writer
+
+    def being_written(self: FileStabilityTracker, path: Path) -> bool:
+        result: bool = real_being_written(self, path)
+        if result:
+            held.append(time.monotonic())
+        return result
+
+    monkeypatch.setattr(FileStabilityTracker, "being_written", being_written, raising=False)
+    real_claim = daemon_module.claim
+    claims: list[Claimed] = []
+
+    def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
+        claimed = real_claim(path, hot_folder, spool_dir)
+        claims.append(claimed)
+        return claimed
+
+    monkeypatch.setattr(daemon_module, "claim", claim)
+    pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
+    with Running(_config(tmp_path)) as running:
+        target = running.folders.inbox / "multi.tif"
+        handle = target.open("w+b")
+        with AppendingTiffWriter(handle) as writer:
+            for page in pages:
+                page.save(writer, format="TIFF")
+                writer.newFrame()
+                handle.flush()
+                # The pause: until the settle time has passed since this page and the file was held.
+                written_at = time.monotonic()
+                assert wait_for(
+                    lambda written_at=written_at: any(at > written_at for at in held) or bool(claims),
+                    timeout=20,
+                )
+                assert claims == [], "claimed while its writer still had it open"
+        handle.seek(0)
+        written = handle.read()
+        handle.close()
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+        (job,) = running.daemon.journal.jobs()
+        assert (job.size, job.sha256) == (len(written), hashlib.sha256(written).hexdigest())
+    assert claims[0].writer_check_unavailable == "not the owner"

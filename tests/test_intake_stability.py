@@ -75,3 +75,49 @@ def test_vanished_file_is_forgotten_and_order_is_oldest_first(tmp_path: Path) ->
     clock.now += 2
     assert tracker.settled() == [second, first]
     assert gone not in tracker
+
+
+def test_a_file_written_and_not_closed_does_not_settle(tmp_path: Path) -> None:
+    """A writer pausing between pages longer than the settle time keeps the file (inotify's view)."""
+    clock = Clock()
+    tracker = FileStabilityTracker(2.0, clock, writer_grace_seconds=60.0)
+    path = tmp_path / "multi.tif"
+    path.write_bytes(b"page 1")
+    tracker.written(path)
+    clock.now += 10
+    assert tracker.settled() == []
+    assert tracker.being_written(path)
+    with path.open("ab") as handle:
+        handle.write(b" page 2")
+    tracker.written(path)
+    clock.now += 10
+    assert tracker.settled() == []
+    tracker.closed_after_write(path)
+    assert tracker.settled() == [path], "closed and quiet for the settle time already"
+
+
+def test_an_attribute_change_after_the_close_is_not_a_writer(tmp_path: Path) -> None:
+    clock = Clock()
+    tracker = FileStabilityTracker(2.0, clock)
+    path = tmp_path / "a.pdf"
+    path.write_bytes(b"x")
+    tracker.written(path)
+    tracker.closed_after_write(path)
+    path.chmod(0o600)  # inotify reports IN_ATTRIB as a modification too
+    tracker.written(path)
+    clock.now += 2.1
+    assert tracker.settled() == [path]
+
+
+def test_a_lost_close_is_waited_for_only_the_grace_time(tmp_path: Path) -> None:
+    clock = Clock()
+    tracker = FileStabilityTracker(2.0, clock, writer_grace_seconds=30.0)
+    path = tmp_path / "a.pdf"
+    path.write_bytes(b"x")
+    tracker.written(path)
+    clock.now += 29
+    assert tracker.settled() == []
+    clock.now += 1.5
+    assert tracker.settled() == [path]
+    tracker.forget(path)
+    assert not tracker.being_written(path)

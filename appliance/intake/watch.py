@@ -16,6 +16,7 @@ from typing import Literal
 
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
+from watchdog.observers.inotify import InotifyObserver
 from watchdog.observers.polling import PollingObserver
 
 log = logging.getLogger(__name__)
@@ -91,3 +92,8 @@ def make_observer(path: Path, mode: WatchMode, poll_seconds: float) -> BaseObser
     if mode == "poll":
         return PollingObserver(timeout=poll_seconds)
     return Observer()
+
+
+def reports_writer_closes(observer: BaseObserver) -> bool:
+    """Whether the observer reports a writer's close (IN_CLOSE_WRITE): inotify does, polling cannot."""
+    return isinstance(observer, InotifyObserver)
