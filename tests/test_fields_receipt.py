@@ -246,3 +246,22 @@ def test_a_misread_total_disagreeing_with_cash_and_change_goes_to_review() -> No
     assert total.value == "19.85"
     assert total.review is True
     assert any(reason.startswith("total.cash_change failed") for reason in total.reasons)
+
+
+def test_values_tied_to_other_printed_numbers_need_no_review_however_faint() -> None:
+    rows = [
+        ["KOPITIAM MAJU RESTAURANT"],
+        ["DATE: 02/01/2019 12:01"],
+        ["NASI LEMAK", "6.00"],
+        ["TEH TARIK", "3.85"],
+        ["TOTAL", "9.85"],
+        ["CASH", "50.00"],
+        ["CHANGE", "40.15"],
+        ["PRINTED 02/01/2019 12:02"],
+    ]
+    document = _document(rows, confidence=0.6)
+    repair_document(document, RepairConfig(review_threshold=0.8))
+    assert {c.rule_id for c in document.fields["date"].checks} == {"date.repeated"}
+    assert document.fields["total"].review is False  # cash minus change is the total
+    assert document.fields["date"].review is False  # the same day read from two rows
+    assert document.fields["company"].review is True  # nothing ties a faint name

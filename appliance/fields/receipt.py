@@ -104,6 +104,15 @@ def _date(rows: list[Row], locale: str) -> FieldValue | None:
         return None
     _, row, found = best
     field = _field(row.span_of(found.start, found.end), found.raw, found.iso, list(found.rules))
+    # Many receipts print the date twice (head and foot, or sale and print time): a second
+    # reading of the same day from other pixels confirms the first.
+    again = [
+        other
+        for other in rows
+        if other is not row and any(d.iso == found.iso for d in find_dates(other.text, locale))
+    ]
+    if again:
+        field.checks.append(Check("date.repeated", True, f"also in {len(again)} other row(s)"))
     if found.ambiguous:
         field.reasons.append("date.ambiguous: day and month order decided by the locale")
     return field

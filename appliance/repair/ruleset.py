@@ -39,6 +39,7 @@ RULES: dict[str, str] = {
     "confidence.low": "field confidence below the review threshold",
     "field.missing": "a field the profile expects was not found",
     "fields.not_receipt": "the text scores below repair.receipt_min_score as a receipt: no receipt fields",
+    "date.repeated": "the same date read again from another row of the document",
     "total.cash_change": "cash tendered minus change equals the total",
     "total.rounded": "the payable total rounded to 5 sen is taken over the unrounded one",
 }

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 RECEIPT_FIELDS = ("company", "date", "address", "total")
 # Checks that tie the value itself to other printed numbers; items summing to the subtotal do not.
-CONFIRMING = ("total.cash_change", "total.tax", "amount.cn_financial.crosscheck")
+CONFIRMING = ("total.cash_change", "total.tax", "amount.cn_financial.crosscheck", "date.repeated")
 NOTES = ("date.ambiguous",)  # reasons that inform and do not by themselves ask for review
 
 
@@ -44,7 +44,8 @@ def score_field(field: FieldValue, threshold: float, method: Aggregate) -> None:
         if not check.passed and not confirmed:
             field.review = True
             field.reasons.append(f"{check.rule_id} failed" + (f": {check.detail}" if check.detail else ""))
-    if field.confidence < threshold:
+    # A value tied to other printed numbers is right whatever its characters' confidence said.
+    if field.confidence < threshold and not confirmed:
         field.review = True
         field.reasons.append(f"confidence.low: {field.confidence:.3f} < {threshold}")
     # A note (a day/month order the locale decided) is kept for people but sends nothing to review.
