@@ -7,7 +7,9 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,6 +161,31 @@ def test_a_file_open_for_writing_is_not_claimed_until_closed(tmp_path: Path) -> 
     assert claimed.spool_path.read_bytes() == b"page 1 page 2"
     assert claimed.sha256 == hashlib.sha256(b"page 1 page 2").hexdigest()
     assert claimed.writer_check_unavailable is None
+
+
+def test_a_file_under_another_write_lease_is_not_waited_for(tmp_path: Path) -> None:
+    """A file server holding a write lease (a client writing): the claim answers at once, not later."""
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    spool.mkdir()
+    source = inbox / "scan.tif"
+    source.write_bytes(b"page 1")
+    if not _leases_work(source):
+        pytest.skip("no leases here")
+    holder = os.open(source, os.O_RDONLY)
+    try:
+        # Its break is signalled to this process: with SIGURG (ignored), not SIGIO (fatal).
+        fcntl.fcntl(holder, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(holder, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        started = time.monotonic()
+        with pytest.raises(WriterActiveError):
+            claim(source, inbox, spool)
+        assert time.monotonic() - started < 5, "did not wait for the lease to be broken"
+    finally:
+        fcntl.fcntl(holder, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        os.close(holder)
+    assert source.read_bytes() == b"page 1"
+    assert list(spool.iterdir()) == []
 
 
 def test_a_writer_opening_the_file_during_the_claim_puts_it_back(

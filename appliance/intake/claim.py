@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.hashing import sha256_file
-from appliance.intake.lease import ReadLease, take_read_lease
+from appliance.intake.lease import ReadLease, WriterActiveError, take_read_lease
 from appliance.outputs.atomic import fsync_directory, write_atomic
 
 CLAIM_RECORD = "claim.json"
@@ -125,7 +125,12 @@ def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
     the same disk, with the same st_dev, and rename() between them still fails with EXDEV.
     """
     relative = path.relative_to(hot_folder).as_posix()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        # O_NONBLOCK: a file another process holds a write lease on (a file server's own lease on a
+        # file a client is writing) fails at once instead of stalling the daemon until it is broken.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except BlockingIOError:
+        raise WriterActiveError("another process holds a write lease on it") from None
     try:
         lease = take_read_lease(fd)
         try:
