@@ -441,6 +441,9 @@ class Daemon:
         except (ConfigError, KeyError) as error:
             message = str(error) if isinstance(error, ConfigError) else f"unknown group {new.outputs.group!r}"
             self.last_reload_error = message
+            # `systemctl reload` cannot tell its caller; `ocr-appliance status` shows it here.
+            kept = f"reload failed, running configuration kept: {message}"
+            self.recent_errors.append({"at": time.time(), "job_id": "", "message": kept})
             log.error(
                 "reload failed, keeping the running configuration: %s", message, extra=event("reload_failed")
             )

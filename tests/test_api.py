@@ -227,6 +227,7 @@ def test_reload_with_a_broken_config_keeps_the_running_one(appliance: Appliance)
         assert refused.value.message.strip()
         assert "running configuration is kept" in refused.value.message
         assert client.status().state == pb.DAEMON_STATE_RUNNING
+        assert any("reload failed" in error.message for error in client.status().recent_errors)
         appliance.drop("after.png")
         assert wait_for(_done(client, 1))
     cli = subprocess.run(
