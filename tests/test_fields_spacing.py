@@ -30,6 +30,8 @@ def test_company_value_drops_the_registration_number() -> None:
 
 
 def test_address_value_spaces_commas_postcodes_and_numbers() -> None:
-    read = "NO.3,JALANMAJUJAYA5/2,TAMAN SRI, 43200Cheras,Selangor"
+    read = ["NO.3,JALANMAJUJAYA5/2,TAMAN SRI,", "43200Cheras,Selangor"]  # two rows, no ", " inside
     assert address_value(read) == "NO.3, JALAN MAJU JAYA 5/2, TAMAN SRI, 43200 Cheras, Selangor"
-    assert address_value("LOT 5, JALAN SS21/39, UP2-01") == "LOT 5, JALAN SS21/39, UP2-01"  # codes stay
+    assert address_value(["LOT 5, JALAN SS21/39, UP2-01"]) == "LOT 5, JALAN SS21/39, UP2-01"  # codes stay
+    # a reader that keeps spaces after commas: the print's own "7/4,KAWASAN" is kept as printed
+    assert address_value(["12, JALAN MAJU 7/4,KAWASAN MAJU,"]) == "12, JALAN MAJU 7/4,KAWASAN MAJU,"

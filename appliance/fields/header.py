@@ -24,6 +24,13 @@ _MARKER = (
     r"PHARMACY|\bCAFE\b|KEDAI|PERNIAGAAN|SYARIKAT|MARKETING|\(M\)|PTE\.?\s*LTD|有限公司|公司|商店|超市|酒店"
 )
 COMPANY_MARKER = re.compile(_MARKER, re.IGNORECASE)
+# Markers of the legal entity (the name SROIE and a ledger want) rather than of the kind of shop:
+# "MYDIN MART SRI MUDA" is the branch, "TRI SHAAS SDN BHD" the company.
+_LEGAL = re.compile(
+    r"SDN\.?\s*BHD|\bBHD\b|S/B\b|\bSDN\b|PTE\.?\s*LTD|\bLTD\b|LIMITED|\bINC\b|\bPLC\b|ENTERPRISES?|"
+    r"TRADING|COMPANY|\bCO\.|\(M\)|有限公司|公司",
+    re.IGNORECASE,
+)
 _STARTS_WITH_MARKER = re.compile(rf"^\W*({_MARKER})", re.IGNORECASE)
 _NOT_NAME = re.compile(
     r"TAX\s*INVOICE|^\W*(INVOICE|RECEIPT|OFFICIAL\s*RECEIPT|CASH\s*(BILL|SALES?)|SIMPLIFIED|WELCOME|"
@@ -32,7 +39,7 @@ _NOT_NAME = re.compile(
 )
 REGISTRATION = re.compile(
     r"\(?\s*(?:C[O0](?:MPANY)?\.?\s*-?\s*(?:REG(?:ISTRATION)?\.?\s*)?(?:N[O0]\.?)?|REG\.?\s*N[O0]\.?|ROC|C[O0]-RE\w*)"
-    r"\s*[:.]?\s*\d{4,}[-\s]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$",
+    r"\s*[:.]?\s*\d{4,}[-\s·.]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s·.]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$",
     re.IGNORECASE,
 )
 _ADDRESS_START = re.compile(
@@ -82,13 +89,17 @@ def company_rows(rows: list[Row]) -> list[int]:
             names.append(index)
     if not names:
         return []
-    marked_rows = [index for index in names if COMPANY_MARKER.search(rows[index].text)]
-    if not marked_rows:
-        return [names[0]]
-    chosen = marked_rows[-1]
-    if _STARTS_WITH_MARKER.search(rows[chosen].text) and chosen - 1 in names:
-        return [chosen - 1, chosen]  # "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA ALAM) SDN BHD"
-    return [chosen]
+    legal = [index for index in names if _LEGAL.search(rows[index].text)]
+    if not legal:
+        return [names[0]]  # a brand alone ("THREE STOOGES" above "BISTRO & CAFE"): the first
+    chosen = [legal[-1]]
+    # A name wrapped over rows: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
+    while chosen[0] - 1 in names:
+        text = rows[chosen[0]].text
+        if not (_STARTS_WITH_MARKER.search(text) or text.count(")") > text.count("(")):
+            break
+        chosen.insert(0, chosen[0] - 1)
+    return chosen
 
 
 def company_value(raw: str) -> str:
@@ -100,7 +111,15 @@ def company_value(raw: str) -> str:
 def address_rows(rows: list[Row], after: int) -> list[int]:
     """Rows after the company up to the first phone, tax-id, date or amount row."""
     picked: list[int] = []
-    for index in range(after + 1, min(after + 9, len(rows))):
+    # A branch or licensee row ("MYDIN MART SRI MUDA", "Licensee of ...") may stand between the
+    # name and the address: the address starts at the first row that reads like one, if near.
+    begin = after + 1
+    for index in range(after + 1, min(after + 4, len(rows))):
+        text = rows[index].text
+        if _ADDRESS_START.search(text) and not _ADDRESS_STOP.search(text) and not _is_registration(text):
+            begin = index
+            break
+    for index in range(begin, min(begin + 8, len(rows))):
         text = rows[index].text.strip()
         stop = _ADDRESS_STOP.search(text) or find_dates(text, "en") or _AMOUNT.search(text)
         phone_only = _PHONE.search(text) and sum(c.isalpha() for c in text) < 4
@@ -121,16 +140,21 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
     return picked
 
 
-def address_value(raw: str) -> str:
+def address_value(parts: list[str]) -> str:
     """The address rows joined with single spaces, lost spaces restored, registration numbers cut.
 
-    Besides the name's rules: a space after a comma before a word ("53200,KUALA"), after a
+    Besides the name's rules: a space after a comma before a word ("53200,KUALA") when the reader
+    kept none after any comma (SROIE keeps the print's own "7/4,KAWASAN" otherwise), after a
     postcode glued to the town ("43200Cheras"), between a word and the number that follows it
     ("Tampoi7/4", "JLN1/50"; "SS21", "UP2" and "PT15944" are codes and stay), and between the
     words of a town run together in mixed case ("JohorBahru").
     """
-    text = restore_spaces(REGISTRATION.sub(" ", raw))
-    text = re.sub(r",(?=[A-Za-z])", ", ", text)
+    # A reader that kept a space after a comma inside a row keeps it everywhere (rows are joined
+    # with spaces, so only commas inside rows tell).
+    spaced = any(re.search(r",\s\S", part.strip()) for part in parts)
+    text = restore_spaces(REGISTRATION.sub(" ", " ".join(parts)))
+    if not spaced:
+        text = re.sub(r",(?=[A-Za-z])", ", ", text)
     text = re.sub(r"\b(\d{5})(?=[A-Za-z]{3})", r"\1 ", text)
     text = re.sub(r"(?<![A-Za-z0-9])([A-Za-z]{3,})(?=\d)", r"\1 ", text)
     text = re.sub(r"(?<=[a-z]{2})(?=[A-Z][a-z])", " ", text)

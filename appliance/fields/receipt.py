@@ -79,8 +79,10 @@ def _address(rows: list[Row], after: int) -> FieldValue | None:
     picked = address_rows(rows, after)
     if not picked:
         return None
-    raw = " ".join(rows[index].text for index in picked)
-    return _field([span for index in picked for span in rows[index].spans()], raw, address_value(raw))
+    parts = [rows[index].text for index in picked]
+    return _field(
+        [span for index in picked for span in rows[index].spans()], " ".join(parts), address_value(parts)
+    )
 
 
 def _date(rows: list[Row], locale: str) -> FieldValue | None:

@@ -9,6 +9,7 @@ words of a small business and address vocabulary found inside a long run of lett
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Words that name a kind of business or a part of an address (Malaysia, Singapore and English).
 # A word is split out of a run only when the run is long, so "ENTERPRISES" stays whole.
@@ -48,7 +49,7 @@ def _split_run(match: re.Match[str]) -> str:
 
 def restore_spaces(text: str) -> str:
     """The text with the spaces thermal print lost put back; the letters' case is kept."""
-    text = re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"\s+", " ", _plain_latin(text)).strip()
     # Only runs printed in capitals: a mixed-case word ("Kitchenette") was read with its spaces.
     text = _LONG_RUN.sub(_split_run, text)
     # SDN.BHD -> SDN. BHD; SDNBHD -> SDN BHD
@@ -58,3 +59,17 @@ def restore_spaces(text: str) -> str:
     text = re.sub(r"\b(MR|MRS|MS|DR|CO)\.(?=[A-Za-z(])", r"\1. ", text, flags=re.IGNORECASE)  # MR.D.I.Y.
     text = re.sub(r"(?<=\S) &(?=\S)|(?<=\S)& (?=\S)", " & ", text)  # "A &B", "A& B": both sides
     return re.sub(r"\s+", " ", text).strip()
+
+
+def _plain_latin(text: str) -> str:
+    """Latin letters without the accents a multilingual reader adds ("Jaīan", "ÁLAM"); CJK untouched.
+
+    Malay and English names and addresses carry no accents, so an accent is a misread mark.
+    """
+    if not any(unicodedata.combining(char) for char in unicodedata.normalize("NFD", text)):
+        return text
+    out = []
+    for char in text:
+        base = unicodedata.normalize("NFD", char)
+        out.append(base[0] if base[0].isascii() and base[0].isalpha() else char)
+    return "".join(out)
