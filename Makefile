@@ -40,7 +40,7 @@ BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
 VLM_STAMP = $(VENV)/.installed-vlm-$(ORT)
 
-.PHONY: setup vlm run test lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
+.PHONY: setup vlm run test test-quick schema lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
 
 setup: $(STAMP)
 
@@ -71,6 +71,16 @@ run: setup
 # The VLM's tests need llama-cpp-python: `make test` installs the vlm extra first.
 test: setup vlm apt-test
 	$(BIN)/python -m pytest
+
+# The quick subset for development: everything but the tests that run the real models on rendered
+# pages (marked `slow`); `make test` runs them all.
+test-quick: setup apt-test
+	$(BIN)/python -m pytest -m "not slow"
+
+# The JSON result's schema file from its pydantic models (appliance/schemas/result.py); it is
+# committed, and tests/test_result_schema.py fails when it differs from what this generates.
+schema: setup
+	$(BIN)/python -m appliance.schemas
 
 # The control API's Python modules (messages, stubs, typed .pyi) from its .proto; they are committed,
 # and tests/test_api_stubs.py fails when they differ from what this generates.

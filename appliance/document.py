@@ -3,74 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
-if TYPE_CHECKING:  # the repair package imports this module; these are for annotations only
-    from appliance.fields.model import FieldValue
-    from appliance.repair.ruleset import RepairLog
+from appliance.fields.model import FieldValue
+from appliance.lines import Box, Line, Polygon, Word, round_box, union_box
+from appliance.repair.ruleset import RepairLog
+from appliance.schemas.result import (
+    SCHEMA_VERSION,
+    BlockResult,
+    ChangeResult,
+    DocumentResult,
+    EngineResult,
+    PageResult,
+    RepairsResult,
+    RoutingResult,
+    SourceResult,
+)
 
-# A box is (x0, y0, x1, y1) in page pixels; a polygon is four (x, y) corners, clockwise from
-# top-left, so rotated lines keep their true outline while boxes stay easy to index.
-Box = tuple[float, float, float, float]
-Polygon = tuple[tuple[float, float], ...]
+# Box, Polygon, Word, Line and union_box live in appliance.lines (fields point into lines without
+# importing the whole document) and are re-exported here, where readers of the model look for them.
+__all__ = [
+    "DEFAULT_DPI",
+    "SCHEMA_VERSION",
+    "Block",
+    "Box",
+    "Document",
+    "Line",
+    "Page",
+    "Polygon",
+    "SourceFile",
+    "Word",
+    "union_box",
+]
 
-SCHEMA_VERSION = "1.0"
 # The resolution of a page whose input did not state one: the common scanner default.
 DEFAULT_DPI = 300.0
-
-
-def _round_box(box: Box) -> list[float]:
-    return [round(value, 1) for value in box]
-
-
-def union_box(boxes: list[Box]) -> Box:
-    """Smallest box that holds all the given boxes."""
-    return (
-        min(b[0] for b in boxes),
-        min(b[1] for b in boxes),
-        max(b[2] for b in boxes),
-        max(b[3] for b in boxes),
-    )
-
-
-@dataclass
-class Word:
-    """A run of characters without spaces (for CJK text, a run of characters between spaces)."""
-
-    text: str
-    box: Box
-    confidence: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "box": _round_box(self.box), "confidence": round(self.confidence, 4)}
-
-
-@dataclass
-class Line:
-    """One detected text line with the engine's per-character confidences."""
-
-    text: str
-    box: Box
-    polygon: Polygon
-    confidence: float
-    char_confidences: list[float]
-    words: list[Word] = field(default_factory=list)
-    rotated_180: bool = False
-    engine: str = ""
-    occluded: bool = False  # under a seal or stamp: what was read there needs a human look
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "box": _round_box(self.box),
-            "polygon": [[round(x, 1), round(y, 1)] for x, y in self.polygon],
-            "confidence": round(self.confidence, 4),
-            "char_confidences": [round(c, 3) for c in self.char_confidences],
-            "rotated_180": self.rotated_180,
-            "engine": self.engine,
-            "occluded": self.occluded,
-            "words": [word.to_dict() for word in self.words],
-        }
 
 
 @dataclass
@@ -88,8 +55,10 @@ class Block:
         # Blocks are visual rows for now, so their lines share one text line.
         return " ".join(line.text for line in self.lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"box": _round_box(self.box), "lines": [line.to_dict() for line in self.lines]}
+    def to_result(self) -> BlockResult:
+        return BlockResult.model_construct(
+            box=round_box(self.box), lines=[line.to_result() for line in self.lines]
+        )
 
 
 @dataclass
@@ -125,23 +94,23 @@ class Page:
         confidences = [c for line in self.lines for c in line.char_confidences]
         return sum(confidences) / len(confidences) if confidences else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_result(self) -> PageResult:
         confidence = self.confidence
-        return {
-            "index": self.index,
-            "width": self.width,
-            "height": self.height,
-            "dpi": self.dpi,
-            "confidence": None if confidence is None else round(confidence, 4),
-            "text_layer_chars": self.text_layer_chars,
-            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
-            "warnings": list(self.warnings),
-            "preprocessing": list(self.preprocessing),
-            "occlusions": list(self.occlusions),
-            "engine_details": dict(self.engine_details),
-            "review_reasons": list(self.review_reasons),
-            "blocks": [block.to_dict() for block in self.blocks],
-        }
+        return PageResult.model_construct(
+            index=self.index,
+            width=self.width,
+            height=self.height,
+            dpi=self.dpi,
+            confidence=None if confidence is None else round(confidence, 4),
+            text_layer_chars=self.text_layer_chars,
+            timings_ms={k: round(v, 2) for k, v in self.timings_ms.items()},
+            warnings=list(self.warnings),
+            preprocessing=list(self.preprocessing),
+            occlusions=list(self.occlusions),
+            engine_details=dict(self.engine_details),
+            review_reasons=list(self.review_reasons),
+            blocks=[block.to_result() for block in self.blocks],
+        )
 
 
 @dataclass
@@ -154,14 +123,13 @@ class SourceFile:
     size: int
     media_type: str
 
+    def to_result(self) -> SourceResult:
+        return SourceResult.model_construct(
+            name=self.name, path=self.path, sha256=self.sha256, size=self.size, media_type=self.media_type
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": self.path,
-            "sha256": self.sha256,
-            "size": self.size,
-            "media_type": self.media_type,
-        }
+        return self.to_result().model_dump()
 
 
 @dataclass
@@ -188,20 +156,37 @@ class Document:
         confidences = [c for page in self.pages for line in page.lines for c in line.char_confidences]
         return sum(confidences) / len(confidences) if confidences else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_result(self) -> DocumentResult:
+        """The result model of this document (rounded as results are written)."""
         confidence = self.confidence
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "appliance_version": self.appliance_version,
-            "created": self.created,
-            "source": self.source.to_dict(),
-            "engine": self.engine,
-            "page_count": len(self.pages),
-            "confidence": None if confidence is None else round(confidence, 4),
-            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
-            "pages": [page.to_dict() for page in self.pages],
-            "text": self.text,
-            "fields": {name: value.to_dict() for name, value in self.fields.items()},
-            "repairs": None if self.repairs is None else self.repairs.to_dict(),
-            "routing": self.routing,
-        }
+        repairs = self.repairs
+        return DocumentResult.model_construct(
+            schema_version=SCHEMA_VERSION,
+            appliance_version=self.appliance_version,
+            created=self.created,
+            source=self.source.to_result(),
+            # Engines and routing describe themselves as plain dicts; they pass through as given.
+            engine=cast(EngineResult, self.engine),
+            page_count=len(self.pages),
+            confidence=None if confidence is None else round(confidence, 4),
+            timings_ms={k: round(v, 2) for k, v in self.timings_ms.items()},
+            pages=[page.to_result() for page in self.pages],
+            text=self.text,
+            fields={name: value.to_result() for name, value in self.fields.items()},
+            repairs=None
+            if repairs is None
+            else RepairsResult.model_construct(
+                ruleset_version=repairs.ruleset_version,
+                changes=[
+                    ChangeResult.model_construct(
+                        rule=change.rule_id, before=change.before, after=change.after, ref=change.ref
+                    )
+                    for change in repairs.changes
+                ],
+            ),
+            routing=cast(RoutingResult | None, self.routing),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON result as Python values, exactly as the result models dump it."""
+        return self.to_result().model_dump()

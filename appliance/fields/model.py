@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.document import Box, Line, union_box
+from appliance.lines import Box, Line, round_box, union_box
 from appliance.repair.ruleset import Check
+from appliance.schemas.result import CheckResult, FieldResult
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,20 @@ class FieldValue:
     review: bool = False
     reasons: list[str] = field(default_factory=list)
 
+    def to_result(self) -> FieldResult:
+        return FieldResult.model_construct(
+            raw=self.raw,
+            value=self.value,
+            confidence=round(self.confidence, 4),
+            boxes=[round_box(span.box) for span in self.spans],
+            rules=list(dict.fromkeys(self.rules)),  # each rule once, in the order it first applied
+            checks=[
+                CheckResult.model_construct(rule=check.rule_id, passed=check.passed, detail=check.detail)
+                for check in self.checks
+            ],
+            review=self.review,
+            reasons=list(self.reasons),
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "raw": self.raw,
-            "value": self.value,
-            "confidence": round(self.confidence, 4),
-            "boxes": [[round(v, 1) for v in span.box] for span in self.spans],
-            "rules": list(dict.fromkeys(self.rules)),
-            "checks": [check.to_dict() for check in self.checks],
-            "review": self.review,
-            "reasons": list(self.reasons),
-        }
+        return self.to_result().model_dump()
