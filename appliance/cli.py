@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="model tools")
     model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     verify = model_commands.add_parser(
-        "verify", help="check model files against their manifest and load them"
+        "verify", help="check model files against their manifest, load them, run one inference on CUDA"
     )
     verify.add_argument("--config", type=Path, help="config file (default: built-in)")
 
@@ -111,11 +111,22 @@ def _cmd_audit_verify(args: argparse.Namespace) -> ExitCode:
 
 def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
     from appliance.engines.factory import build_engine
+    from appliance.engines.ppocr_onnx.provider_check import check_cuda, smallest_model
 
     config = _load_checked(args.config)
     engine = build_engine(config.engine)
-    print(json.dumps(engine.describe(), indent=1))
-    engine.close()
+    try:
+        description = engine.describe()
+        # A session created on CUDA is no proof that it runs there: one inference on the GPU is.
+        first = getattr(engine, "first", engine)  # the ONNX engine of an EnginePair
+        paths: dict[str, Path] = getattr(first, "model_paths", {})  # the ppocr_onnx engine's
+        cuda = check_cuda(config.engine.ppocr_onnx.provider, smallest_model(paths))
+    finally:
+        engine.close()
+    print(json.dumps({**description, "cuda_check": cuda}, indent=1))
+    if not cuda["ok"]:
+        print(f"the CUDA provider does not run here: {cuda['reason']}", file=sys.stderr)
+        return ExitCode.MODEL_INVALID
     return ExitCode.OK
 
 

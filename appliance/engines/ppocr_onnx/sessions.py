@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import onnxruntime as ort
 
+from appliance.engines.ppocr_onnx.cuda_driver import driver_problem, read_driver_version
 from appliance.errors import ModelError, ProviderError
 
 log = logging.getLogger(__name__)
@@ -17,6 +23,21 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 ProviderChoice = Literal["auto", "cpu", "cuda"]
+
+# Each CUDA session's arena cap (onnxruntime's gpu_mem_limit is per session, not per process).
+# kSameAsRequested grows the arena by what is asked, not by doubling, so one extension cannot jump
+# far past the need. Measured on an H200 (bench/README.md): 1 GiB per session runs out on docs_zh's
+# wide line batches, which several line threads run at once; 4 GiB runs every page. The arenas are
+# not most of the process's GPU memory (7.0 GB in all): the CUDA context and the per-thread cuDNN and
+# cuBLAS workspaces lie outside them.
+SESSION_GPU_MEM_LIMIT_MB = 4096
+CUDA_OPTIONS: dict[str, str] = {
+    "device_id": "0",
+    "arena_extend_strategy": "kSameAsRequested",
+    # Page and line-batch shapes change with every page; an exhaustive cuDNN search would benchmark
+    # every convolution again for each new shape.
+    "cudnn_conv_algo_search": "HEURISTIC",
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,38 @@ def _session_options(
     return options
 
 
+def cuda_provider_options(gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB) -> dict[str, str]:
+    """The CUDA provider's options: CUDA_OPTIONS with the arena capped at `gpu_mem_limit_mb`."""
+    return {**CUDA_OPTIONS, "gpu_mem_limit": str(gpu_mem_limit_mb * 1024 * 1024)}
+
+
+@functools.cache
+def prepare_cuda() -> str | None:
+    """Check the driver and load pip's CUDA and cuDNN libraries once; why CUDA cannot run, or None.
+
+    onnxruntime-gpu[cuda,cudnn] installs CUDA 13 and cuDNN 9 as Python packages under site-packages,
+    where the dynamic loader does not look; preload_dlls() loads them by path (and registers a CUDA
+    provider built as a plugin again) so a box with only the NVIDIA driver needs no CUDA toolkit.
+    """
+    problem = driver_problem(read_driver_version())
+    if problem is not None:
+        return problem
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu 1.21 and newer
+    if preload is None:
+        return None
+    printed = io.StringIO()
+    try:
+        # It reports libraries it cannot load with print(); stdout may be a command's JSON output.
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as error:  # onnxruntime raises its own untyped errors
+        log.warning("onnxruntime.preload_dlls failed: %s", error)
+    for line in printed.getvalue().splitlines():
+        if line.strip():
+            log.warning("onnxruntime.preload_dlls: %s", line.strip())
+    return None
+
+
 def create_session(
     path: Path,
     provider: ProviderChoice,
@@ -63,6 +116,7 @@ def create_session(
     allow_spinning: bool = False,
     graph_level: GraphLevel = "all",
     model: bytes | None = None,
+    gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB,
 ) -> tuple[ort.InferenceSession, SessionInfo]:
     """Open a model on the requested provider (`model`: the serialized graph to run instead of path's).
 
@@ -81,17 +135,28 @@ def create_session(
             "provider: cpu"
         )
     wanted = [CUDA, CPU] if provider in ("cuda", "auto") and CUDA in available else [CPU]
+    cuda_problem = prepare_cuda() if wanted[0] == CUDA else None
+    if cuda_problem is not None:
+        if provider == "cuda":
+            raise ProviderError(f"{path.name}: {cuda_problem}")
+        wanted = [CPU]
+    providers: list[str | tuple[str, dict[str, str]]] = [
+        (CUDA, cuda_provider_options(gpu_mem_limit_mb)) if name == CUDA else name for name in wanted
+    ]
     try:
         session = ort.InferenceSession(
             model if model is not None else str(path),
             sess_options=_session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level),
-            providers=wanted,
+            providers=providers,
         )
     except Exception as error:  # onnxruntime raises its own untyped errors for bad graphs
         raise ModelError(f"onnxruntime cannot load {path}: {error}") from None
     used = session.get_providers()[0]
     fallback_reason = None
-    if wanted[0] == CUDA and used != CUDA:
+    if cuda_problem is not None:
+        fallback_reason = cuda_problem
+        log.warning("%s runs on the CPU: %s", path.name, fallback_reason)
+    elif wanted[0] == CUDA and used != CUDA:
         fallback_reason = "the CUDA provider is installed but could not start (driver or CUDA libraries)"
         if provider == "cuda":
             raise ProviderError(f"{path.name}: {fallback_reason}; set provider: cpu to run on the CPU")
@@ -100,3 +165,54 @@ def create_session(
         fallback_reason = "this onnxruntime build has no CUDA provider"
     log.info("model %s runs on %s", path.name, used)
     return session, SessionInfo(provider=used, requested=provider, fallback_reason=fallback_reason)
+
+
+# Tensor element types the PP-OCR graphs take, as numpy dtypes for a probe's zero inputs.
+_INPUT_DTYPES: dict[str, type[np.generic]] = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def tiny_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:
+    """Zero inputs of a small shape the model takes: fixed sizes kept, 1 for a free batch, 32 otherwise."""
+    feeds = {}
+    for node in session.get_inputs():
+        shape = [
+            dim if isinstance(dim, int) and dim > 0 else (1 if axis == 0 else 32)
+            for axis, dim in enumerate(node.shape)
+        ]
+        feeds[node.name] = np.zeros(shape, dtype=_INPUT_DTYPES.get(node.type, np.float32))
+    return feeds
+
+
+@dataclass(frozen=True)
+class ProviderProbe:
+    """One inference on a provider: the provider that ran it, how long it took, or what went wrong."""
+
+    requested: str
+    provider: str | None
+    inference_ms: float | None
+    error: str | None = None
+
+
+def probe_provider(path: Path, provider: ProviderChoice) -> ProviderProbe:
+    """Open `path` on `provider` and run one inference on zeros: proof that the provider really executes.
+
+    A CUDA session can be created and still fail at its first run (a driver too old for the kernels,
+    cuDNN missing), so creating it proves less than running it.
+    """
+    try:
+        session, info = create_session(path, provider, 1, 1)
+        started = time.perf_counter()
+        session.run(None, tiny_inputs(session))
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+    except ModelError as error:
+        return ProviderProbe(requested=provider, provider=None, inference_ms=None, error=str(error))
+    except Exception as error:  # onnxruntime raises its own untyped errors at run time
+        return ProviderProbe(
+            requested=provider,
+            provider=None,
+            inference_ms=None,
+            error=f"{path.name}: inference failed: {error}",
+        )
+    return ProviderProbe(
+        requested=provider, provider=info.provider, inference_ms=elapsed_ms, error=info.fallback_reason
+    )
