@@ -181,7 +181,7 @@ def test_till_slip_fields_with_reader_spacing() -> None:
     repair_document(document, RepairConfig())
     fields = document.fields
     assert fields["company"].value == "SINARMAJU TRADING SDN BHD"
-    assert fields["address"].value == "NO.8, JALAN BUNGA RAYA 3, 52100 KUALA LUMPUR"
+    assert fields["address"].value == "NO.8,JALAN BUNGA RAYA 3, 52100 KUALA LUMPUR"
     assert (fields["date"].raw, fields["date"].value) == ("14/02/2019", "2019-02-14")
     assert fields["total"].value == "17.50"
     checks = {c.rule_id: c.passed for c in fields["total"].checks}

@@ -54,6 +54,7 @@ _ADDRESS_STOP = re.compile(
     r"WHATSAPP|GUEST|SLIP|PAY|CASH)|REG\.?\s*N[O0]|C[O0]\.?\s*N[O0]|COMPANY\s*(REG|NO)|电话|日期|发票",
     re.IGNORECASE,
 )
+_LICENSEE = re.compile(r"LICENSEE|OWNED\s*BY|OPERATED\s*BY|A\s*MEMBER\s*OF|DIMILIKI", re.IGNORECASE)
 _PHONE = re.compile(r"\+?\(?\d{2,4}\)?[-\s]?\d{3,4}[-\s]?\d{3,5}\b")
 _AMOUNT = re.compile(r"\d\.\d{2}\b")
 _POSTCODE = re.compile(r"\b\d{5}\b")
@@ -117,7 +118,9 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
     for index in range(after + 1, min(after + 4, len(rows))):
         text = rows[index].text
         if _ADDRESS_START.search(text) and not _ADDRESS_STOP.search(text) and not _is_registration(text):
-            begin = index
+            between = [rows[i].text for i in range(after + 1, index)]
+            if all(COMPANY_MARKER.search(t) or _LICENSEE.search(t) or _is_registration(t) for t in between):
+                begin = index
             break
     for index in range(begin, min(begin + 8, len(rows))):
         text = rows[index].text.strip()
@@ -143,19 +146,11 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
 def address_value(parts: list[str]) -> str:
     """The address rows joined with single spaces, lost spaces restored, registration numbers cut.
 
-    Besides the name's rules: a space after a comma before a word ("53200,KUALA") when the reader
-    kept none after any comma (SROIE keeps the print's own "7/4,KAWASAN" otherwise), after a
-    postcode glued to the town ("43200Cheras"), between a word and the number that follows it
-    ("Tampoi7/4", "JLN1/50"; "SS21", "UP2" and "PT15944" are codes and stay), and between the
-    words of a town run together in mixed case ("JohorBahru").
+    Besides the name's rules: a space after a postcode glued to the town ("43200Cheras") and
+    between the words of a town run together in mixed case ("JohorBahru"). Commas and numbers
+    keep the spacing read: SROIE writes the print's own "7/4,KAWASAN" and "UPTOWN3".
     """
-    # A reader that kept a space after a comma inside a row keeps it everywhere (rows are joined
-    # with spaces, so only commas inside rows tell).
-    spaced = any(re.search(r",\s\S", part.strip()) for part in parts)
     text = restore_spaces(REGISTRATION.sub(" ", " ".join(parts)))
-    if not spaced:
-        text = re.sub(r",(?=[A-Za-z])", ", ", text)
     text = re.sub(r"\b(\d{5})(?=[A-Za-z]{3})", r"\1 ", text)
-    text = re.sub(r"(?<![A-Za-z0-9])([A-Za-z]{3,})(?=\d)", r"\1 ", text)
     text = re.sub(r"(?<=[a-z]{2})(?=[A-Z][a-z])", " ", text)
     return re.sub(r"\s+", " ", text).strip()
