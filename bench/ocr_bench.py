@@ -39,11 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.config import AppConfig, EngineConfig, PpocrOnnxConfig, RasterizeConfig, load_config
+from appliance.config import AppConfig, load_config
 from appliance.document import Box
 from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
+from appliance.variants import variant_engine_config, variant_rasterize_config
 from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
@@ -255,54 +256,6 @@ def bench_dataset(
             for run in runs
         },
     }
-
-
-def _option_value(value: str) -> int | float | bool | str:
-    """A variant option's value as YAML would type it: 960 -> int, 0.5 -> float, false -> bool."""
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
-def variant_rasterize_config(base: RasterizeConfig, spec: str) -> RasterizeConfig:
-    """The rasterize config with a variant's rasterize options, e.g. `fp32+jpeg_draft_megapixels=0`."""
-    _, *options = spec.split("+")
-    updates = {}
-    for option in options:
-        key, _, value = option.partition("=")
-        if key in RasterizeConfig.model_fields:
-            updates[key] = _option_value(value)
-    return RasterizeConfig.model_validate({**base.model_dump(), **updates})
-
-
-def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
-    """The engine config with a variant's precision and options, e.g. `rec=int8+threads=1`."""
-    precision_part, *options = spec.split("+")
-    options = [option for option in options if option.partition("=")[0] not in RasterizeConfig.model_fields]
-    roles = ("det", "cls", "rec")
-    if precision_part in ("fp32", "fp16", "int8"):
-        precision = dict.fromkeys(roles, precision_part)
-    else:
-        precision = base.ppocr_onnx.precision.model_dump()
-        for item in precision_part.split(","):
-            role, _, value = item.partition("=")
-            precision[role] = value
-    updates: dict[str, Any] = {"precision": precision}
-    for option in options:
-        key, _, value = option.partition("=")
-        field_name = {"threads": "intra_op_threads", "det_limit": "det_limit_side_len"}.get(key, key)
-        if field_name == "second_reader":  # `second_reader=ppocrv5_mobile@0.9`
-            models, _, limit = value.partition("@")
-            updates[field_name] = {"models": models, **({"min_confidence": float(limit)} if limit else {})}
-            continue
-        updates[field_name] = _option_value(value)
-    merged = {**base.ppocr_onnx.model_dump(), **updates}
-    return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})
 
 
 def main(argv: list[str] | None = None) -> int:

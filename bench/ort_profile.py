@@ -28,7 +28,8 @@ import onnxruntime as ort
 from appliance.config import AppConfig, load_config
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.engines.ppocr_onnx.sessions import _session_options
-from bench.ocr_bench import load_dataset, variant_engine_config
+from appliance.variants import variant_engine_config
+from bench.ocr_bench import load_dataset
 
 ROLES = ("det", "cls", "rec")
 

@@ -419,7 +419,7 @@ def measure_one(
 
         # (c) the cascade's own draft path: text the model is made to write, drafted by
         # TextHintDraft from a copy whose characters are corrupted at the ONNX engine's measured
-        # character rate (bench.hint_rate), as the ONNX text of a page is.
+        # character rate (6.1%: bench/README.md, Findings), as the ONNX text of a page is.
         if args.hint_char_rate is not None:
             text = text_like_text()
             written = model.tokenize(text)[: args.tokens + 1]
@@ -534,11 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--page-size", type=int, nargs=2, default=(1540, 1100), metavar=("W", "H"))
     parser.add_argument("--hint-rate", type=float, help="token disagreement rate of the corrupted hint")
-    parser.add_argument("--hint-rate-json", type=Path, help="bench.hint_rate output: its all.token_rate")
+    parser.add_argument("--hint-rate-json", type=Path, help="JSON holding the rate as all.token_rate")
     parser.add_argument(
         "--hint-char-rate",
         type=float,
-        help="character error rate of the text hint (bench.hint_rate's char_rate); runs the text-hint pair",
+        help="character error rate of the text hint (bench/README.md, Findings); runs the text-hint pair",
     )
     parser.add_argument("--out", type=Path, help="folder for vlm_gpu_bench.json")
     parser.add_argument("--smoke", action="store_true", help="CPU check: few tokens, one repeat")

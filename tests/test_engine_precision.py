@@ -13,7 +13,7 @@ from appliance.config import EngineConfig, PpocrOnnxConfig, PrecisionConfig, Ras
 from appliance.engines.manifest import sha256_file
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine, default_model_dir
 from appliance.errors import ModelError
-from bench.ocr_bench import variant_engine_config, variant_rasterize_config
+from appliance.variants import variant_engine_config, variant_rasterize_config
 from tests import rendering
 
 
