@@ -161,6 +161,7 @@ def test_chinese_financial_round_trip_many() -> None:
         ("Date:17/06/20187:36:12PM", "en-MY", "2018-06-17", "date.dmy", False),
         ("2018-03-2317:24", "en-MY", "2018-03-23", "date.iso", False),
         ("DATE :100CT2017 TUE", "en-MY", "2017-10-10", "date.month_name", False),  # O read as 0
+        ("01:34PM 568017 05 02-18", "en-MY", "2018-02-05", "date.dmy", True),  # a separator lost
         ("2O18-O3-23", "en-MY", "2018-03-23", "date.iso", False),
     ],
 )

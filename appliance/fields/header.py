@@ -81,7 +81,8 @@ def company_rows(rows: list[Row]) -> list[int]:
         ends = (
             _is_registration(text)
             or (_ADDRESS_START.search(text) and not marked)
-            or _ADDRESS_STOP.search(text)
+            # a legal name is never a stop row, whatever it starts with ("Timeless ... Sdn Bhd")
+            or (_ADDRESS_STOP.search(text) and not _LEGAL.search(text))
             or find_dates(text, "en")
         )
         if ends and names:

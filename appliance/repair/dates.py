@@ -28,6 +28,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("date.numeric", re.compile(
         rf"(?<![\d/.-])(?P<a>{_D}{{1,2}})\s?(?P<sep>[-/.])\s?(?P<b>{_D}{{1,2}})\s?(?P=sep)\s?"
         rf"(?P<y>(?:19|20|2O){_D}{{2}}|{_D}{{2}})(?:{_GLUED_TIME}|(?!\d|[/.-]\d))")),
+    # One separator lost by the reader ("05 02-18"): two-digit day and month only, so a phone
+    # number or a quantity and a price never read as one.
+    ("date.numeric", re.compile(
+        rf"(?<![\d/.-])(?P<a>\d{{2}}) (?P<b>\d{{2}})(?P<sep>[-/])(?P<y>(?:19|20)\d{{2}}|\d{{2}})"
+        rf"(?:{_GLUED_TIME}|(?!\d|[/.-]\d))")),
     ("date.month_name", re.compile(
         rf"(?<![\d])(?P<d>\d{{1,2}})(?:st|nd|rd|th)?[\s/-]*{_MONTH}"
         rf"[\s,/-]*(?P<y>(?:19|20)\d{{2}}(?!\d{{3}})|\d{{2}}(?!\d))", re.IGNORECASE)),
