@@ -4,7 +4,7 @@ Usage: python -m bench.vlm_random_model --template DIR --out DIR [--quant Q8_0 -
                                         [--small] [shape options]
 
 The template is the tiny LightOnOCR fixture (tests/fixtures/vlm/lightonocr, built by
-quantize.tiny_vlm from transformers' own LightOnOcrForConditionalGeneration and converted by
+tests.fixtures.vlm.build from transformers' own LightOnOcrForConditionalGeneration and converted by
 llama.cpp's converter), whose widths are all different numbers, so every tensor dimension maps to
 one hyperparameter. This copies its metadata and tensor names, replicates block 0 for every layer,
 scales every dimension to the published shapes (defaults: LightOnOCR-2-1B, Qwen3 text + Pixtral
