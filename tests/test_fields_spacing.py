@@ -27,6 +27,8 @@ def test_restore_spaces(read: str, expected: str) -> None:
 def test_company_value_drops_the_registration_number() -> None:
     assert company_value("ACME HARDWARE(M)SDN BHD(123456-X)") == "ACME HARDWARE (M) SDN BHD"
     assert company_value("BAKERIES (KL) SDN BHD (139386 X)") == "BAKERIES (KL) SDN BHD"
+    assert company_value("77 FRESH MART S/D (519537·X)") == "77 FRESH MART S/B"  # B read as D
+    assert company_value("Sunrise Health Sdn Hhd") == "Sunrise Health Sdn BHD"
 
 
 def test_address_value_spaces_postcodes_and_towns_and_keeps_printed_commas() -> None:

@@ -106,8 +106,10 @@ def company_rows(rows: list[Row]) -> list[int]:
 
 def company_value(raw: str) -> str:
     """The name without its registration number, with lost spaces restored."""
-    value = REGISTRATION.sub(" ", raw)
-    return restore_spaces(value).strip(" ,:-")
+    value = restore_spaces(REGISTRATION.sub(" ", raw)).strip(" ,:-")
+    # The legal suffix misread: S/B (Sendirian Berhad) as S/D or S/8, BHD as HHD or 8HD.
+    value = re.sub(r"\bS/[8D]$", "S/B", value, flags=re.IGNORECASE)
+    return re.sub(r"\b(SDN\.?\s*)[8H]HD\b", r"\1BHD", value, flags=re.IGNORECASE)
 
 
 def address_rows(rows: list[Row], after: int) -> list[int]:
