@@ -11,6 +11,27 @@ from appliance.config import PpocrOnnxConfig
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from tests import rendering
 
+# Modules whose tests run the real PP-OCR models (in this process or in a daemon they start) on
+# rendered pages; with every test that takes the session `engine`, they are marked `slow`, so
+# `make test-quick` (pytest -m "not slow") leaves them out while `make test` runs them.
+REAL_MODEL_MODULES = frozenset(
+    {
+        "test_charset",
+        "test_cli",
+        "test_engine_model_sets",
+        "test_engine_ppocr_onnx",
+        "test_engine_precision",
+        "test_offline",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if isinstance(item, pytest.Function) else ""
+        if module in REAL_MODEL_MODULES or "engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[PpocrOnnxEngine]:
