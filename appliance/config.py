@@ -315,7 +315,7 @@ class RepairConfig(_Strict):
     # A page set gets receipt fields only when its content scores this high as a receipt
     # (appliance/fields/classify.py: money words, amounts at line ends, short lines, a date);
     # 0 extracts them from every document, as a folder that only ever receives receipts may want.
-    receipt_min_score: StrictFloat = Field(default=0.55, ge=0, le=1)
+    receipt_min_score: StrictFloat = Field(default=0.5, ge=0, le=1)
     review_threshold: StrictFloat = Field(default=0.8, ge=0, le=1)
     # "min": one unsure character makes an unsure field, whatever the field's length. "product"
     # calibrated a little better on SROIE (bench/fields_bench.py: ECE 0.13 vs 0.18) but falls with

@@ -67,4 +67,6 @@ def receipt_score(document: Document) -> ReceiptScore:
     }
     weights = {"keywords": 0.5, "amounts": 0.25, "short_lines": 0.1, "date": 0.15}
     score = sum(weights[name] * value for name, value in signals.items())
+    if not groups:
+        score /= 2  # without a single money word, amounts and short lines are a table or an index
     return ReceiptScore(round(score, 4), signals)
