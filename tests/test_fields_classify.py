@@ -64,3 +64,10 @@ def test_a_chinese_invoice_is_a_receipt() -> None:
     document = _document(rows)
     repair_document(document, RepairConfig(locale="zh-CN"))
     assert document.fields["total"].value == "106.00"
+
+
+def test_a_till_fragment_is_a_receipt_and_a_table_of_numbers_is_not() -> None:
+    minimum = RepairConfig().receipt_min_score
+    assert receipt_score(_document([["TOTAL", "40.17"]])).score >= minimum
+    index = [["Chapter 1", "1.10"], ["Chapter 2", "2.15"], ["Printed 05/03/2024"], ["Chapter 3", "3.20"]]
+    assert receipt_score(_document(index)).score < minimum
