@@ -263,6 +263,8 @@ def test_duplicate_content_gets_the_earlier_result_without_reading_again(running
     first, second = sorted(running.daemon.journal.jobs(), key=lambda job: job.created_at)
     assert second.duplicate_of == first.id
     assert second.attempts == 0, "a duplicate is never sent to a worker"
+    # The JSON result is written first and the text after it: wait for the one read here.
+    assert wait_for((running.folders.out / "second.png.txt").exists)
     assert (running.folders.out / "second.png.txt").read_bytes() == (
         running.folders.out / "first.png.txt"
     ).read_bytes()
@@ -453,9 +455,9 @@ def test_output_permissions_and_deleting_originals(tmp_path: Path) -> None:
         assert stat_module.S_IMODE(result.stat().st_mode) == 0o640
         assert result.stat().st_gid == os.getgid()
         assert wait_for(lambda: running.daemon.stats.done == 1)
-        time.sleep(0.3)
+        # The original is deleted from the spool after the job is counted done: wait for that.
+        assert wait_for(lambda: not list((running.folders.state / "spool").iterdir()))
         assert list(running.folders.archive.rglob("*.png")) == []
-        assert list((running.folders.state / "spool").iterdir()) == []
 
 
 def test_second_daemon_on_the_same_state_is_refused(running: Running) -> None:

@@ -114,7 +114,9 @@ def test_audit_sample_is_copied_and_logged(tmp_path: Path) -> None:
         (tmp_path / "in" / "a.png").write_bytes(png_bytes())
         assert wait_for(lambda: running.daemon.stats.done == 1)
         assert (tmp_path / "out" / "a.png.json").exists()
-        assert sorted(p.name for p in (tmp_path / "audit").iterdir()) == ["a.png.json", "a.png.txt"]
+        audit = tmp_path / "audit"
+        audited = lambda: sorted(p.name for p in audit.iterdir()) if audit.is_dir() else []  # noqa: E731
+        assert wait_for(lambda: audited() == ["a.png.json", "a.png.txt"]), audited()
         job = running.daemon.journal.jobs()[0]
         assert "sampled for audit" in (job.reason or "")
     entries = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]

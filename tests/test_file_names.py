@@ -222,6 +222,8 @@ def test_name_that_is_not_utf8_is_read_and_the_daemon_goes_on(
         assert os.fsencode(result.name) == RAW_NAME + b".json"
         source = json.loads(result.read_text(encoding="utf-8"))["source"]
         assert source["name"] == SHOWN
+        # The text is written after the JSON result: wait for it rather than read it at once.
+        assert wait_for(_output(running.folders.out, NAME, ".txt").exists)
         assert _output(running.folders.out, NAME, ".txt").read_text(encoding="utf-8") == "INVOICE 42\n"
         assert wait_for(lambda: len(running.archived(NAME)) == 1)
         # A failing one too: its reason file names it escaped.
