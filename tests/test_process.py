@@ -77,7 +77,9 @@ def test_route_document_gives_the_daemons_route_and_reasons(tmp_path: Path) -> N
     assert decision.route == "review"
     assert unsure.routing == {"route": "review", "reasons": decision.reasons}
     assert any("below 0.85" in reason for reason in decision.reasons)
-    sure = DocumentProcessor(FixedTextEngine("TOTAL 9.00", 0.99), Rasterizer(RasterizeConfig())).process(path)
+    # A receipt without a date goes to review: the sure one carries its date.
+    sure_engine = FixedTextEngine("25/12/2024 TOTAL 9.00", 0.99)
+    sure = DocumentProcessor(sure_engine, Rasterizer(RasterizeConfig())).process(path)
     assert route_document(sure, RoutingConfig(audit_rate=0.0)).route == "done"
     assert sure.routing == {"route": "done", "reasons": []}
 
