@@ -101,6 +101,29 @@ def test_other_rename_errors_leave_the_file_and_no_spool_folder(
     assert list(spool.iterdir()) == []
 
 
+def test_a_failure_after_the_copy_never_deletes_the_only_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / "scan.png"
+    source.write_bytes(b"data")
+    _rename_fails_for(monkeypatch, source, errno.EXDEV)
+    real_fsync_directory = claim_module.fsync_directory
+
+    def inbox_fsync_fails(directory: Path) -> None:
+        if directory == inbox:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync_directory(directory)
+
+    monkeypatch.setattr(claim_module, "fsync_directory", inbox_fsync_fails)
+    with pytest.raises(OSError, match="Input/output error"):
+        claim(source, inbox, spool)
+    assert not source.exists()
+    (found,) = orphaned_claims(spool, set())  # queued at the next start
+    assert found.spool_path.read_bytes() == b"data"
+
+
 def test_change_during_cross_filesystem_copy_keeps_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

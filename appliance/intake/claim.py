@@ -104,11 +104,13 @@ def _copied(path: Path, target: Path, job_dir: Path, *, lease: ReadLease, relati
         if sha256_file(path) != digest or lease.broken():
             raise ClaimChangedError(f"{relative} changed while it was copied into the spool")
         path.unlink()
-        fsync_directory(job_dir)
-        fsync_directory(path.parent)
     except BaseException:
-        shutil.rmtree(job_dir, ignore_errors=True)
+        shutil.rmtree(job_dir, ignore_errors=True)  # the source is still in the inbox
         raise
+    # From here the spool holds the only copy: a failure leaves it there, with its claim record,
+    # and start-up queues it (an orphan), never deletes it.
+    fsync_directory(job_dir)
+    fsync_directory(path.parent)
     return digest, target.stat().st_size
 
 
