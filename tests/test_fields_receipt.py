@@ -265,3 +265,20 @@ def test_values_tied_to_other_printed_numbers_need_no_review_however_faint() -> 
     assert document.fields["total"].review is False  # cash minus change is the total
     assert document.fields["date"].review is False  # the same day read from two rows
     assert document.fields["company"].review is True  # nothing ties a faint name
+
+
+def test_address_stops_before_an_item_and_skips_a_branch_row() -> None:
+    rows = [
+        ["MAJU JAYA HARDWARE SDN BHD"],
+        ["MAJU JAYA CHERAS BRANCH SDN BHD (654321-W)"],
+        ["LOT 12, JALAN MAJU 2,"],
+        ["BANDAR MAHKOTA CHERAS"],  # no postcode printed: nothing but the item row ends the address
+        ["PVC PIPE"],
+        ["2X 4.50", "9.00"],
+        ["TOTAL", "9.00"],
+        ["DATE: 25/12/2018"],
+    ]
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    assert document.fields["company"].value == "MAJU JAYA CHERAS BRANCH SDN BHD"
+    assert document.fields["address"].value == "LOT 12, JALAN MAJU 2, BANDAR MAHKOTA CHERAS"

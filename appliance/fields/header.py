@@ -135,6 +135,10 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
             continue  # a registration or tax-id row between the name and the address
         if _is_registration(text) or (re.fullmatch(r"[\W\d]*-?[A-Z]?\W*", text) and len(text) < 14):
             continue
+        if not picked and REGISTRATION.search(text):
+            continue  # the rest of the name with its registration number ("... BAKERY (123456-P)")
+        if index + 1 < len(rows) and _AMOUNT.search(rows[index + 1].text) and picked:
+            break  # a row right above a row of amounts names an item, not a street
         after_postcode = [i for i in picked if _POSTCODE.search(rows[i].text)]
         if after_postcode and (
             picked[-1] != after_postcode[-1] or not re.fullmatch(r"[A-Za-z .,]{3,40}", text)
