@@ -655,19 +655,23 @@ class Daemon:
         now = time.monotonic()
         if now - state.last_check.get(path, 0.0) < max(self._config.intake.settle_seconds, 0.5):
             return  # checked a moment ago and unchanged since: do not re-read its tail every tick
+        failure = state.unclaimable.get(path)
+        if failure is not None and now < failure.next_try:
+            state.tracker.forget(path)  # backing off; a later rescan (or event) brings it back
+            state.last_check.pop(path, None)
+            return
         state.last_check[path] = now
         try:
             result = check_complete(path)
         except FileNotFoundError:
-            state.tracker.forget(path)  # vanished; a later event brings it back if it returns
+            self._forget_candidate(state, path)  # vanished; a later event brings it back if it returns
             return
         except OSError as error:
-            # Unreadable (permissions, I/O error on a share): left where it is, said once, and
-            # tried again at the next rescan in case someone fixes it.
+            # Unreadable (permissions, I/O error on a share): left where it is, said once, shown in
+            # the status, and tried again at later rescans in case someone fixes it.
             state.tracker.forget(path)
-            if path not in state.refused:
-                state.refused.add(path)
-                log.error("cannot read %s: %s; it stays in the hot folder", path, error)
+            state.last_check.pop(path, None)
+            self._claim_failed(state, path, error, now)
             return
         if not result.complete:
             waited = now - (state.tracker.waiting_since(path) or now)
@@ -703,10 +707,6 @@ class Daemon:
         """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
         now = time.monotonic()
         failure = state.unclaimable.get(path)
-        if failure is not None and now < failure.next_try:
-            state.tracker.forget(path)  # a later rescan (or event) brings it back
-            state.last_check.pop(path, None)
-            return
         try:
             claimed = claim(path, state.config.path, self._spool)
         except WriterActiveError:

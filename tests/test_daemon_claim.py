@@ -63,21 +63,35 @@ def test_exdev_at_the_rename_is_claimed_by_copy_and_read(
     assert not (inbox / "scan.png").exists()
 
 
+@pytest.mark.parametrize("where", ["rename", "read"])
 def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
 ) -> None:
+    """Permission denied on the move into the spool, or on reading the file at all (as a non-root service)."""
     monkeypatch.setattr(daemon_module, "_CLAIM_RETRY_SECONDS", 0.1, raising=False)
     config = _config(tmp_path, intake={"rescan_seconds": 0.2})
     inbox = config.hot_folders[0].path
     inbox.mkdir(parents=True)
     denied = [True]
-    tried = _rename_from(inbox, monkeypatch, lambda: errno.EACCES if denied[0] else None)
+    if where == "rename":
+        tried = _rename_from(inbox, monkeypatch, lambda: errno.EACCES if denied[0] else None)
+    else:
+        tried = []
+        real_check = daemon_module.check_complete
+
+        def check_complete(path: Path) -> object:
+            if path.parent == inbox and denied[0]:
+                tried.append(str(path))
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real_check(path)
+
+        monkeypatch.setattr(daemon_module, "check_complete", check_complete)
     caplog.set_level(logging.ERROR, logger="appliance.daemon")
     with Running(config) as running:
         (inbox / "scan.png").write_bytes(png_bytes())
         assert wait_for(lambda: len(tried) >= 4), "tried again at later rescans"
         assert (inbox / "scan.png").exists(), "it stays where it is"
-        said = [record for record in caplog.records if "cannot claim" in record.getMessage()]
+        said = [record for record in caplog.records if "scan.png" in record.getMessage()]
         assert len(said) == 1, "the reason is logged once, not at every rescan"
         assert "Permission denied" in said[0].getMessage()
         errors = list(running.daemon.recent_errors)
