@@ -282,3 +282,17 @@ def test_address_stops_before_an_item_and_skips_a_branch_row() -> None:
     repair_document(document, RepairConfig())
     assert document.fields["company"].value == "MAJU JAYA CHERAS BRANCH SDN BHD"
     assert document.fields["address"].value == "LOT 12, JALAN MAJU 2, BANDAR MAHKOTA CHERAS"
+
+
+def test_an_invoice_table_is_not_summed_by_its_last_column() -> None:
+    rows = [
+        ["ROTI SEGAR BAKERIES SDN BHD"],
+        ["DATE: 25/12/2018"],
+        ["WHITE LOAF", "2.13", "10", "2.00", "19.17", "1.15"],  # price, qty, discount, amount, tax
+        ["WHOLEMEAL", "2.78", "5", "0.00", "13.90", "0.83"],
+        ["TOTAL PAYABLE:", "35.05"],
+    ]
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    assert document.fields["total"].value == "35.05"
+    assert document.fields["total"].checks == []  # no sum of 1.15 + 0.83 to fail against it

@@ -52,6 +52,7 @@ _UNIT_AFTER = re.compile(r"^\s*[xX*]\s*\d")
 _LETTERS = re.compile(r"[A-Za-z\u4e00-\u9fff]{2}")
 # A count of items or quantities ("Total Qty: 7", "No. Items: 3") closes the item lines too.
 _ENDS_ITEMS = re.compile(rf"{_TOTAL}|Q[T]YS?\b|GTYS?\b|ITEMS?\s*:|ITEM\s*COUNT|ITEN", re.IGNORECASE)
+TABLE_COLUMNS = 4  # amounts on one item row that make it a table: a till prints at most 3
 _NOT_ITEM = re.compile(r"CASH|CHANGE|TENDER|PAID|BALANCE|VISA|MASTER|CARD|DISC|DEPOSIT", re.IGNORECASE)
 
 
@@ -163,6 +164,10 @@ def item_amounts(amounts: list[Amount]) -> list[Decimal]:
         if amount.unit_price or _NOT_ITEM.search(amount.row.text):
             continue
         by_row.setdefault(amount.index, []).append(amount)
+    if any(len(row_amounts) >= TABLE_COLUMNS for row_amounts in by_row.values()):
+        # An invoice table (price, discount, tax, amount columns, returns): which column is the
+        # line amount cannot be told from the text, so the items are not summed at all.
+        return []
     for row_amounts in by_row.values():
         items.append(row_amounts[-1].value)
     return items
