@@ -105,9 +105,11 @@ bench: setup apt-bench
 MODELS ?= var/models
 models-int8: setup apt-test
 	$(BIN)/python -m quantize.onnx_int8 --roles det --out $(MODELS)/int8
+	$(BIN)/python -m quantize.onnx_int8 --set ppocrv6_small --roles det --out $(MODELS)/ppocrv6_small_int8
 
 models-fp16: setup
 	$(BIN)/python -m quantize.onnx_int8 --precision fp16 --out $(MODELS)/fp16
+	$(BIN)/python -m quantize.onnx_int8 --set ppocrv6_small --precision fp16 --out $(MODELS)/ppocrv6_small_fp16
 
 apt-test:
 	@./scripts/apt-ensure $(APT_TEST)

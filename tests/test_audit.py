@@ -195,7 +195,7 @@ def test_document_record_from_a_real_document(engine: PpocrOnnxEngine, tmp_path:
     assert record["document"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     for fmt, path in outputs.items():
         assert record["outputs"][fmt]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert {m["role"] for m in record["engine"]["models"]} == {"det", "cls", "rec", "keys"}
+    assert {m["role"] for m in record["engine"]["models"]} == {"det", "cls", "rec"}
     assert all(len(m["sha256"]) == 64 for m in record["engine"]["models"])
     assert record["route"] == "review" and record["reasons"] == ["low confidence on TOTAL"]
     assert record["ruleset_version"] is None

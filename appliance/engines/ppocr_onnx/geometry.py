@@ -16,6 +16,28 @@ def quad_to_box(quad: np.ndarray) -> Box:
     )
 
 
+def thinned(quad: np.ndarray, share: float, turned_90: bool) -> np.ndarray:
+    """The quad narrowed across its reading direction to `share` of its thickness, about its middle.
+
+    The detector's quads are its text kernels grown back by the unclip ratio, with paper round
+    the glyphs on purpose: the recogniser reads such loose crops best. As the line's place on the
+    page (its box, for reading order, word boxes and the searchable PDF's text layer) they are too
+    tall: on scanned receipts glyph-tight boxes are about 0.83 of their height, on printed pages
+    about 0.92. Rows of a slanted receipt then overlap and interleave in reading order.
+    """
+    p0, p1, p2, p3 = (quad[i].astype(np.float64) for i in range(4))
+    cut = (1.0 - share) / 2.0
+    if turned_90:  # reading runs down the left and right edges: thickness is left to right
+        return np.array(
+            [p0 + (p1 - p0) * cut, p1 + (p0 - p1) * cut, p2 + (p3 - p2) * cut, p3 + (p2 - p3) * cut],
+            dtype=np.float32,
+        )
+    return np.array(
+        [p0 + (p3 - p0) * cut, p1 + (p2 - p1) * cut, p2 + (p1 - p2) * cut, p3 + (p0 - p3) * cut],
+        dtype=np.float32,
+    )
+
+
 def quad_to_polygon(quad: np.ndarray) -> Polygon:
     return tuple((float(x), float(y)) for x, y in quad)
 
