@@ -1,10 +1,13 @@
 """Field exact-match and routing on SROIE receipts, and confidence calibration (fields and lines).
 
-Run: .venv/bin/python -m bench.fields_bench [RECEIPTS_DIR] [--cache /tmp/fields.pkl] [--limit N]
+Run: .venv/bin/python -m bench.fields_bench [RECEIPTS_DIR] [--cache /tmp/fields.pkl] [--config FILE]
+     [--limit N]
 (RECEIPTS_DIR defaults to ../shared/data/receipts_en; without it, --data ../shared/data also reads
 docs_zh for line calibration unless --skip-zh). `--cache FILE` keeps each page's OCR read (before
 repair) in FILE, keyed by the image's sha256 and the engine's description, so a second run
-re-applies only the rules: seconds instead of minutes. Keep FILE outside the repository.
+re-applies only the rules: seconds instead of minutes. Keep FILE outside the repository, and
+delete it after changing what the engine's description does not show (preprocessing, layout).
+FIELDS_BENCH_VERBOSE=1 prints each receipt's route, reasons, wrong fields and raw fields.
 The data folder is evaluation-only: it is read by path and nothing from it is copied.
 """
 
