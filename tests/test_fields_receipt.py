@@ -296,3 +296,32 @@ def test_an_invoice_table_is_not_summed_by_its_last_column() -> None:
     repair_document(document, RepairConfig())
     assert document.fields["total"].value == "35.05"
     assert document.fields["total"].checks == []  # no sum of 1.15 + 0.83 to fail against it
+
+
+@pytest.mark.parametrize(
+    ("rows", "locale", "expected"),
+    [
+        (  # Singapore: a UEN above the address, a service charge, a NETS card payment
+            [["KOPI CORNER PTE LTD"], ["UEN: 201234567K"], ["Blk 123 Ang Mo Kio Ave 3 #01-45"],
+             ["Singapore 560123"], ["GST Reg No: M2-1234567-8"], ["Date: 12/08/2023 Time: 09:15"],
+             ["Kopi O x2", "2.80"], ["Kaya Toast Set", "4.50"], ["Sub-Total", "7.30"], ["Svc Chg 10%", "0.73"],
+             ["GST 8%", "0.64"], ["Total", "S$8.67"], ["NETS", "8.67"]],
+            "en-SG",
+            ("KOPI CORNER PTE LTD", "Blk 123 Ang Mo Kio Ave 3 #01-45 Singapore 560123", "2023-08-12", "8.67"),
+        ),
+        (  # United States: month first, "BALANCE DUE" after a card payment is no change given
+            [["JOE'S DINER"], ["123 MAIN STREET"], ["SPRINGFIELD, IL 62701"], ["TEL (217) 555-0100"],
+             ["Mar 5, 2024 12:31 PM"], ["2 COFFEE", "$5.00"], ["1 PANCAKES", "$8.50"], ["SUBTOTAL", "$13.50"],
+             ["TAX 8%", "$1.08"], ["TOTAL", "$14.58"], ["VISA", "$14.58"], ["BALANCE DUE", "$0.00"]],
+            "en-US",
+            ("JOE'S DINER", "123 MAIN STREET SPRINGFIELD, IL 62701", "2024-03-05", "14.58"),
+        ),
+    ],
+)  # fmt: skip
+def test_receipts_from_elsewhere(rows: list[list[str]], locale: str, expected: tuple[str, ...]) -> None:
+    document = _document(rows)
+    repair_document(document, RepairConfig(locale=locale))
+    fields = document.fields
+    assert tuple(fields[name].value for name in ("company", "address", "date", "total")) == expected
+    assert all(check.passed for check in fields["total"].checks)
+    assert not any(field.review for field in fields.values())

@@ -38,7 +38,7 @@ _NOT_NAME = re.compile(
     re.IGNORECASE,
 )
 REGISTRATION = re.compile(
-    r"\(?\s*(?:C[O0](?:MPANY)?\.?\s*-?\s*(?:REG(?:ISTRATION)?\.?\s*)?(?:N[O0]\.?)?|REG\.?\s*N[O0]\.?|ROC|C[O0]-RE\w*)"
+    r"\(?\s*(?:C[O0](?:MPANY)?\.?\s*-?\s*(?:REG(?:ISTRATION)?\.?\s*)?(?:N[O0]\.?)?|REG\.?\s*N[O0]\.?|ROC|UEN|BRN|C[O0]-RE\w*)"
     r"\s*[:.]?\s*\d{4,}[-\s·.]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s·.]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$",
     re.IGNORECASE,
 )
@@ -51,7 +51,7 @@ _ADDRESS_STOP = re.compile(
     # No trailing boundary: the recogniser often drops spaces ("DocumentNo:", "TAXINVOICE").
     r"\b(TEL|FAX|PHONE|H/?P|GST|SST|EMAIL|E-MAIL|WWW|HTTP|DATE|INVOICE|RECEIPT|CASHIER|TABLE|BILL|"
     r"ORDER|TAX|DOC(UMENT)?|TIME|COUNTER|MEMBER|SALES?|SERVER|TERMINAL|NO\s*:\s*\d|OPEN|MOBILE|"
-    r"WHATSAPP|GUEST|SLIP|PAY|CASH)|REG\.?\s*N[O0]|C[O0]\.?\s*N[O0]|COMPANY\s*(REG|NO)|电话|日期|发票",
+    r"WHATSAPP|GUEST|SLIP|PAY|CASH|UEN|BRN)|REG\.?\s*N[O0]|C[O0]\.?\s*N[O0]|COMPANY\s*(REG|NO)|电话|日期|发票",
     re.IGNORECASE,
 )
 _LICENSEE = re.compile(r"LICENSEE|OWNED\s*BY|OPERATED\s*BY|A\s*MEMBER\s*OF|DIMILIKI", re.IGNORECASE)
