@@ -304,8 +304,8 @@ def test_an_invoice_table_is_not_summed_by_its_last_column() -> None:
         (  # Singapore: a UEN above the address, a service charge, a NETS card payment
             [["KOPI CORNER PTE LTD"], ["UEN: 201234567K"], ["Blk 123 Ang Mo Kio Ave 3 #01-45"],
              ["Singapore 560123"], ["GST Reg No: M2-1234567-8"], ["Date: 12/08/2023 Time: 09:15"],
-             ["Kopi O x2", "2.80"], ["Kaya Toast Set", "4.50"], ["Sub-Total", "7.30"], ["Svc Chg 10%", "0.73"],
-             ["GST 8%", "0.64"], ["Total", "S$8.67"], ["NETS", "8.67"]],
+             ["Kopi O x2", "2.80"], ["Kaya Toast Set", "4.50"], ["Sub-Total", "7.30"],
+             ["Svc Chg 10%", "0.73"], ["GST 8%", "0.64"], ["Total", "S$8.67"], ["NETS", "8.67"]],
             "en-SG",
             ("KOPI CORNER PTE LTD", "Blk 123 Ang Mo Kio Ave 3 #01-45 Singapore 560123", "2023-08-12", "8.67"),
         ),
