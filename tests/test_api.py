@@ -326,6 +326,19 @@ def test_socket_mode_and_a_stale_socket_from_a_crash(tmp_path: Path, short_dir: 
         prepare_socket_path(short_dir / "api.sock", os.getgid())
 
 
+def test_no_chown_when_the_socket_has_its_group_already(
+    tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The unit's system-call filter (~@privileged holds @chown) fails every chown with EPERM.
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chown", refused)
+    with Appliance(tmp_path, short_dir) as running, running.client() as client:
+        assert client.status().version
+        assert stat.S_IMODE(running.socket.stat().st_mode) == 0o660
+
+
 def test_a_shared_folder_open_to_everyone_is_refused_and_left_alone(short_dir: Path) -> None:
     (short_dir / "someone-else").write_text("", encoding="utf-8")  # not the socket's own folder
     short_dir.chmod(0o755)

@@ -166,7 +166,10 @@ def _publish(temporary: Path, path: Path, mode: int, gid: int) -> None:
     """
     try:
         temporary.chmod(mode)
-        os.chown(temporary, -1, gid)
+        # Only when the group differs: under the unit's system-call filter (~@privileged holds
+        # @chown) even a chown to the socket's own group fails with EPERM.
+        if temporary.stat().st_gid != gid:
+            os.chown(temporary, -1, gid)
         temporary.replace(path)
     except OSError as error:
         temporary.unlink(missing_ok=True)
