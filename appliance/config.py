@@ -289,6 +289,10 @@ class ProfileConfig(_Strict):
     preprocess: PreprocessConfig = PreprocessConfig()
     routing: RoutingConfig = RoutingConfig()
     cascade: CascadeConfig = CascadeConfig()
+    # Overrides of repair.field_profile and repair.receipt_min_score for this profile's folders
+    # (None: the global ones): a folder that only receives receipts may take fields always (0).
+    field_profile: Literal["receipt", "none"] | None = None
+    receipt_min_score: StrictFloat | None = Field(default=None, ge=0, le=1)
 
 
 class ServiceConfig(_Strict):
@@ -394,6 +398,19 @@ class AppConfig(_Strict):
     def profile(self, name: str) -> ProfileConfig:
         """The named profile, or the default one for a name this configuration no longer has."""
         return self.profiles.get(name, self.profiles["default"])
+
+    def repair_for(self, profile: str) -> RepairConfig:
+        """The repair settings of a profile: the global ones with its field overrides."""
+        chosen = self.profile(profile)
+        changes = {
+            key: value
+            for key, value in (
+                ("field_profile", chosen.field_profile),
+                ("receipt_min_score", chosen.receipt_min_score),
+            )
+            if value is not None
+        }
+        return self.repair.model_copy(update=changes) if changes else self.repair
 
     def formats_for(self, profile: str) -> tuple[OutputFormat, ...]:
         """Result formats of a profile (its own, or the global ones)."""

@@ -952,7 +952,7 @@ class Daemon:
                 mode=self._output_mode,
                 gid=self._output_gid,
                 profile=profile,
-                repair=self._config.repair,
+                repair=self._config.repair_for(job.profile),
                 review_dir=str(self._review_dir(folder)),
                 audit_dir=str(self._audit_dir(folder)),
                 relative_path=job.relative_path,

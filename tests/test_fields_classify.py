@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.config import RepairConfig
+from appliance.config import RepairConfig, parse_config
 from appliance.fields.classify import receipt_score
 from appliance.repair.step import repair_document
 from tests.test_fields_receipt import RECEIPT, _document
@@ -71,3 +71,23 @@ def test_a_till_fragment_is_a_receipt_and_a_table_of_numbers_is_not() -> None:
     assert receipt_score(_document([["TOTAL", "40.17"]])).score >= minimum
     index = [["Chapter 1", "1.10"], ["Chapter 2", "2.15"], ["Printed 05/03/2024"], ["Chapter 3", "3.20"]]
     assert receipt_score(_document(index)).score < minimum
+
+
+def test_a_hot_folder_profile_overrides_the_classifier() -> None:
+    config = parse_config(
+        {
+            "profiles": {
+                "receipts": {"receipt_min_score": 0.0},
+                "contracts": {"field_profile": "none"},
+            }
+        }
+    )
+    assert config.repair_for("default") == config.repair
+    assert config.repair_for("receipts").receipt_min_score == 0
+    assert config.repair_for("contracts").field_profile == "none"
+    document = _document(MANUAL_PAGE)
+    repair_document(document, config.repair_for("receipts"))
+    assert "company" in document.fields  # a receipts-only folder takes fields from every page
+    document = _document(RECEIPT)
+    repair_document(document, config.repair_for("contracts"))
+    assert document.fields == {}
