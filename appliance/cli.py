@@ -197,7 +197,7 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.
         config_path=args.config,
         factory_for=lambda new: functools.partial(build_engine, new.engine, new.jobs.workers),
     )
-    daemon.start()
+    daemon.start(notify_ready=False)
     for model in daemon.engine_description.get("models", []):
         if model.get("provider"):
             log.info(
@@ -211,6 +211,7 @@ def _cmd_run(args: argparse.Namespace, stop: threading.Event, reload: threading.
 
     api = ApiServer(Control(daemon), config.api)
     api.start()
+    daemon.notify_ready()  # not before: `systemctl start` returns at READY=1, and the API must answer
     try:
         daemon.run(stop, reload)
     finally:

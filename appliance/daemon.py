@@ -276,8 +276,12 @@ class Daemon:
 
     # -- start and stop -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the journal, resume after a crash, load the engine in the workers, start watching."""
+    def start(self, notify_ready: bool = True) -> None:
+        """Open the journal, resume after a crash, load the engine in the workers, start watching.
+
+        With notify_ready=False the caller sends READY=1 (notify_ready()) once its own parts, the
+        control API, are up: systemd reports the unit active at READY=1.
+        """
         for folder in self._config.hot_folders:
             for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
                 directory.mkdir(parents=True, exist_ok=True)
@@ -309,6 +313,11 @@ class Daemon:
             len(self._workers),
             extra=event("started", MODEL_ID=self._model_ids()),
         )
+        if notify_ready:
+            self.notify_ready()
+
+    def notify_ready(self) -> None:
+        """READY=1 to systemd, with the first status line."""
         self._notifier.ready(self.status_line())
 
     def _take_instance_lock(self) -> None:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -199,7 +200,8 @@ def test_reload_applies_a_valid_config_and_keeps_the_running_one_on_error(
 
 def test_cli_daemon_under_a_notify_socket(tmp_path: Path, notify_socket: NotifySocket) -> None:
     """The real command: READY, SIGHUP with a broken config keeps it running, SIGTERM exits 0."""
-    config_path = _write_config(tmp_path)
+    api_socket = Path(tempfile.mkdtemp(prefix="api-")) / "api.sock"  # short: a unix socket's path
+    config_path = _write_config(tmp_path, f"api: {{socket: {api_socket}}}\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "appliance", "run", "--config", str(config_path)],
         stdout=subprocess.PIPE,
@@ -209,6 +211,8 @@ def test_cli_daemon_under_a_notify_socket(tmp_path: Path, notify_socket: NotifyS
     )
     try:
         assert wait_for(lambda: "READY" in notify_socket.names(), timeout=90)
+        # READY=1 makes `systemctl start` return: the control API answers by then.
+        assert api_socket.exists()
         config_path.write_text("surprise: 1\n", encoding="utf-8")
         process.send_signal(signal.SIGHUP)
         assert wait_for(lambda: notify_socket.names().count("READY") >= 2)
@@ -222,6 +226,7 @@ def test_cli_daemon_under_a_notify_socket(tmp_path: Path, notify_socket: NotifyS
     assert process.returncode == 0, stderr
     assert "surprise: unknown key" in stderr
     assert notify_socket.names()[-1] == "STOPPING"
+    api_socket.parent.rmdir()  # the socket went with the daemon
 
 
 def test_job_events_carry_structured_fields(tmp_path: Path) -> None:
