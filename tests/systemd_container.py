@@ -11,6 +11,7 @@ machined (`--register=no`), so commands run inside through nsenter into the cont
 
 from __future__ import annotations
 
+import configparser
 import fcntl
 import hashlib
 import os
@@ -26,12 +27,15 @@ SUITE = "bookworm"
 # systemd as PID 1 and its bus; python3 for the system interpreter `make install` builds the venv
 # with; what the Makefile's install-venv needs to build systemd-python (APT_BUILD, python3-venv) is
 # included so that a cached root file system installs without apt, though apt-ensure would add it.
+# python3-dev (Python.h, which systemd-python's C extension includes) is not among the packages
+# install-venv ensures, so a fresh Debian box needs it first.
 PACKAGES = (
     "systemd",
     "systemd-sysv",
     "dbus",
     "python3",
     "python3-venv",
+    "python3-dev",
     "make",
     "gcc",
     "g++",
@@ -131,9 +135,37 @@ def copy_source(repo: Path, destination: Path) -> None:
         shutil.copy2(source, target)
 
 
-def host_pip_cache() -> Path | None:
-    cache = Path(os.environ.get("PIP_CACHE_DIR", Path.home() / ".cache" / "pip"))
-    return cache if cache.is_dir() else None
+def host_pip_settings() -> tuple[list[str], dict[str, str]]:
+    """nspawn binds and environment that give pip inside the host's pip settings, read-only.
+
+    The install step reaches the package registries as the host does: through the host's pip
+    configuration files, PIP_* variables, CA bundle (a proxy may present its own CA) and any local
+    wheel folders or file:// indexes those name.
+    """
+    env = {key: value for key, value in os.environ.items() if key.startswith("PIP_")}
+    env.pop("PIP_CACHE_DIR", None)  # the install binds its own cache
+    files = [Path("/etc/pip.conf"), Path.home() / ".config/pip/pip.conf", Path.home() / ".pip/pip.conf"]
+    if "PIP_CONFIG_FILE" in env:
+        files.append(Path(env["PIP_CONFIG_FILE"]))
+    named: list[str] = [env.get("PIP_CERT", ""), os.environ.get("SSL_CERT_FILE", "")]
+    named += env.get("PIP_FIND_LINKS", "").split() + env.get("PIP_EXTRA_INDEX_URL", "").split()
+    named.append(env.get("PIP_INDEX_URL", ""))
+    binds = []
+    for config_file in files:
+        if config_file.is_file():
+            binds.append(f"{config_file}:{config_file}")
+            parser = configparser.ConfigParser()
+            parser.read(config_file)
+            for section in parser.sections():
+                for key in ("cert", "find-links", "index-url", "extra-index-url"):
+                    named += parser.get(section, key, fallback="").split()
+    for value in named:
+        path = Path(value.removeprefix("file://"))
+        if path.name == "simple":
+            path = path.parent  # a local index's pages link to ../../files/
+        if value and path.is_absolute() and path.exists():
+            binds.append(f"{path}:{path}")
+    return list(dict.fromkeys(binds)), env
 
 
 def run_unbooted(
@@ -143,7 +175,9 @@ def run_unbooted(
     _nspawn_runtime()
     args = ["systemd-nspawn", "--quiet", "-D", str(root), "--register=no", "--keep-unit", "--pipe"]
     args += [f"--bind={bind}" for bind in binds]
-    args += ["--setenv=" + f"{key}={value}" for key, value in INSIDE_ENV.items()]
+    pip_binds, pip_env = host_pip_settings()
+    args += [f"--bind-ro={bind}" for bind in pip_binds]
+    args += [f"--setenv={key}={value}" for key, value in {**INSIDE_ENV, "HOME": "/root", **pip_env}.items()]
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(command)}\n".encode())
         out.flush()

@@ -70,12 +70,15 @@ class _Timer:
 
 
 @pytest.fixture(scope="module")
-def root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def root(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A copy of the cached root file system with the appliance installed by `make install`."""
     reason = systemd_container.unavailable_reason()
     if reason:
         _skip_or_fail(reason)
-    logs = tmp_path_factory.mktemp("systemd-logs")
+    # Beside the cache, not under pytest's basetemp, which other pytest runs on the box rotate away.
+    logs = systemd_container.ROOTFS_CACHE / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     started = time.monotonic()
     with _Timer("root file system (debootstrap, or the cache)"):
@@ -122,9 +125,9 @@ def _install(rootfs: Path, log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def container(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Booted]:
+def container(root: Path) -> Iterator[Booted]:
     """The root file system booted: systemd as PID 1, the unit enabled for multi-user.target."""
-    booted = Booted(root, tmp_path_factory.mktemp("systemd-boot") / "console.log")
+    booted = Booted(root, systemd_container.ROOTFS_CACHE / "logs" / "console.log")
     try:
         with _Timer("boot until is-system-running answers"):
             state = booted.wait_running(BOOT_TIMEOUT)
