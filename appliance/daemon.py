@@ -680,7 +680,7 @@ class Daemon:
             # the status, and tried again at later rescans in case someone fixes it.
             state.tracker.forget(path)
             state.last_check.pop(path, None)
-            self._claim_failed(state, path, error, now)
+            self._claim_failed(state, path, error, now, doing="read")
             return
         if not result.complete:
             waited = now - (state.tracker.waiting_since(path) or now)
@@ -782,7 +782,9 @@ class Daemon:
         state.writer_open.discard(path)
         state.unclaimable.pop(path, None)
 
-    def _claim_failed(self, state: _FolderState, path: Path, error: OSError, now: float) -> None:
+    def _claim_failed(
+        self, state: _FolderState, path: Path, error: OSError, now: float, doing: str = "claim"
+    ) -> None:
         """Say why once (again only if the reason changes), show it in the status, back off."""
         reason = f"{error.strerror or error}" if error.errno else str(error)
         for gone in [known for known in state.unclaimable if not known.exists()]:
@@ -793,7 +795,7 @@ class Daemon:
         state.unclaimable[path] = _ClaimFailure(reason, failures, now + delay)
         if earlier is not None and earlier.reason == reason:
             return
-        message = f"cannot claim {path}: {reason}; it stays in the hot folder and is tried again"
+        message = f"cannot {doing} {path}: {reason}; it stays in the hot folder and is tried again"
         log.error("%s", message)
         self.recent_errors.append({"at": time.time(), "job_id": "", "message": message})
 
