@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from appliance.config import RepairConfig, parse_config
 from appliance.fields.classify import receipt_score
+from appliance.outputs.json_result import validate_result
 from appliance.repair.step import repair_document
 from tests.test_fields_receipt import RECEIPT, _document
 
@@ -44,6 +45,7 @@ def test_a_manual_page_gets_no_receipt_fields_and_says_why() -> None:
     assert document.repairs is not None
     notes = [change for change in document.repairs.changes if change.rule_id == "fields.not_receipt"]
     assert len(notes) == 1 and notes[0].after.startswith("receipt score ")
+    validate_result(document.to_dict())  # the note is a repair like any other in the result
 
 
 def test_without_the_classifier_every_page_gets_receipt_fields() -> None:
