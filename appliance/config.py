@@ -59,6 +59,9 @@ class SecondReaderConfig(_Strict):
 class PpocrOnnxConfig(_Strict):
     """Settings of the PP-OCRv5 ONNX engine."""
 
+    # A named bundle of the keys below (engines/ppocr_onnx/presets.py): accurate, fast, auto (accurate
+    # with a usable CUDA provider, fast on the CPU) or custom (none); keys set here win over it.
+    preset: Literal["auto", "accurate", "fast", "custom"] = "auto"
     # The built-in model set (appliance/engines/manifests/NAME.json); `manifest` replaces it.
     models: ModelSet = "ppocrv6_small"
     model_dir: Path | None = None

@@ -28,6 +28,7 @@ from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
+from appliance.engines.ppocr_onnx.presets import apply_preset
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, model_keys, read_keys
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
 from appliance.errors import ModelError
@@ -132,6 +133,7 @@ class PpocrOnnxEngine:
     name = ENGINE_NAME
 
     def __init__(self, config: PpocrOnnxConfig) -> None:
+        config, self._preset = apply_preset(config)
         self._config = config
         manifest_path = config.manifest or builtin_manifest_path(config.models)
         self._manifest = load_manifest(manifest_path)
@@ -304,6 +306,7 @@ class PpocrOnnxEngine:
             )
         return {
             "name": self.name,
+            "preset": self._preset,
             "manifest": self._manifest.name,
             "models": models,
             "line_parallelism": self._line_threads,

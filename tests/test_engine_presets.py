@@ -1,0 +1,60 @@
+"""Reader presets: a named bundle of engine keys, under the keys a site sets itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.config import PpocrOnnxConfig, load_config
+from appliance.engines.ppocr_onnx import presets
+from appliance.engines.ppocr_onnx.presets import PRESETS, apply_preset, preset_name
+
+
+def test_a_named_preset_fills_the_keys_left_unset() -> None:
+    config, name = apply_preset(PpocrOnnxConfig(preset="fast"))
+    assert name == "fast"
+    assert config.det_limit_side_len == PRESETS["fast"]["det_limit_side_len"]
+    assert config.second_reader is None
+    accurate, _ = apply_preset(PpocrOnnxConfig(preset="accurate"))
+    assert accurate.det_limit_side_len > config.det_limit_side_len
+    assert accurate.rec_min_width > config.rec_min_width
+
+
+def test_keys_the_site_sets_win_over_the_preset(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "version: 1\n"
+        "engine: {ppocr_onnx: {preset: accurate, det_limit_side_len: 736, second_reader: null}}\n",
+        encoding="utf-8",
+    )
+    config, name = apply_preset(load_config(path).engine.ppocr_onnx)
+    assert name == "accurate"
+    assert config.det_limit_side_len == 736
+    assert config.second_reader is None, "an explicit null is the site's choice too"
+    assert config.models == "ppocrv6_small"
+
+
+def test_custom_applies_nothing() -> None:
+    config = PpocrOnnxConfig(preset="custom", det_limit_side_len=1280)
+    assert apply_preset(config) == (config, "custom")
+
+
+@pytest.mark.parametrize(
+    ("provider", "cuda", "expected"),
+    [("cpu", True, "fast"), ("auto", False, "fast"), ("auto", True, "accurate"), ("cuda", False, "accurate")],
+)
+def test_auto_is_accurate_with_a_gpu_and_fast_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, provider: str, cuda: bool, expected: str
+) -> None:
+    monkeypatch.setattr(presets, "cuda_usable", lambda: cuda)
+    assert preset_name(PpocrOnnxConfig(provider=provider)) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("example", ["config.example.yaml", "systemd/config.yaml"])
+def test_the_shipped_configs_leave_the_preset_its_keys(example: str) -> None:
+    """A key written out in a shipped config would pin it and silently switch the preset off."""
+    config = load_config(Path(__file__).resolve().parent.parent / example).engine.ppocr_onnx
+    assert not config.model_fields_set & {key for preset in PRESETS.values() for key in preset}
+    fast, _ = apply_preset(config.model_copy(update={"preset": "fast"}))
+    assert fast.det_limit_side_len == PRESETS["fast"]["det_limit_side_len"]
