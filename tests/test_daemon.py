@@ -257,7 +257,8 @@ def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
 def test_duplicate_content_gets_the_earlier_result_without_reading_again(running: Running) -> None:
     data = png_bytes()
     (running.folders.inbox / "first.png").write_bytes(data)
-    assert wait_for((running.folders.out / "first.png.json").exists)
+    # Outputs are written before the job is marked done: only a done job is found as the original.
+    assert wait_for(lambda: running.daemon.stats.done == 1)
     (running.folders.inbox / "second.png").write_bytes(data)
     assert wait_for((running.folders.out / "second.png.json").exists)
     first, second = sorted(running.daemon.journal.jobs(), key=lambda job: job.created_at)
