@@ -8,6 +8,7 @@ comes last. Each phase's time is printed at the end of the module.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -39,6 +40,7 @@ READ_TIMEOUT = 300
 pytestmark = pytest.mark.systemd
 
 _phases: dict[str, float] = {}
+_drops = itertools.count()
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -79,7 +81,6 @@ def root(request: pytest.FixtureRequest) -> Iterator[Path]:
     logs = systemd_container.ROOTFS_CACHE / "logs"
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     started = time.monotonic()
     with _Timer("root file system (debootstrap, or the cache)"):
         base = systemd_container.base_rootfs(logs / "debootstrap.log")
@@ -95,10 +96,19 @@ def root(request: pytest.FixtureRequest) -> Iterator[Path]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         _phases["whole module"] = time.monotonic() - started
-        if reporter is not None:
-            reporter.write_line(f"systemd container phases (logs in {logs}):")
-            for name, seconds in _phases.items():
-                reporter.write_line(f"  {seconds:7.1f} s  {name}")
+        _report(request, f"systemd container phases (logs in {logs}):")
+        for name, seconds in _phases.items():
+            _report(request, f"  {seconds:7.1f} s  {name}")
+
+
+def _report(request: pytest.FixtureRequest, line: str) -> None:
+    """A line on the terminal, past pytest's capture: the phase times are the point of the run."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
 
 
 def _install(rootfs: Path, log: Path) -> None:
@@ -154,12 +164,15 @@ def _active(container: Booted) -> bool:
 def _drop(root: Path, name: str) -> None:
     """A receipt arrives in the hot folder at once (renamed into it, as a careful scanner does)."""
     staging = root / "srv" / f".{name}"
-    rendering.receipt().image.save(staging)
+    image = rendering.receipt().image
+    # Bytes of their own: the same bytes again would be a duplicate, its result issued unread.
+    image.putpixel((next(_drops), 0), 0)
+    image.save(staging)
     staging.rename(root / INBOX / name)
 
 
-def _read(root: Path, stem: str) -> dict[str, object] | None:
-    result = root / OUT / f"{stem}.json"
+def _read(root: Path, name: str) -> dict[str, object] | None:
+    result = root / OUT / f"{name}.json"  # results keep the file's whole name
     try:
         return json.loads(result.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
     except (OSError, ValueError):
@@ -192,8 +205,8 @@ def test_status_answers_over_the_socket(container: Booted) -> None:
 def test_receipt_in_the_inbox_is_read(root: Path, container: Booted) -> None:
     with _Timer("receipt read (inbox to out)"):
         _drop(root, "receipt.png")
-        assert _poll(lambda: _read(root, "receipt") is not None, READ_TIMEOUT), _journal(container)
-    assert "CORNER BAKERY" in json.dumps(_read(root, "receipt")).upper()
+        assert _poll(lambda: _read(root, "receipt.png") is not None, READ_TIMEOUT), _journal(container)
+    assert "CORNER BAKERY" in json.dumps(_read(root, "receipt.png")).upper()
     assert not (root / INBOX / "receipt.png").exists()
     assert "cannot claim" not in _journal(container)
 
@@ -213,7 +226,9 @@ def test_invalid_reload_keeps_the_running_config(root: Path, container: Booted) 
             assert "reload failed" in status.stdout, status.stdout
             # The running folders still work.
             _drop(root, "after-reload.png")
-            assert _poll(lambda: _read(root, "after-reload") is not None, READ_TIMEOUT), _journal(container)
+            assert _poll(lambda: _read(root, "after-reload.png") is not None, READ_TIMEOUT), _journal(
+                container
+            )
         finally:
             config.write_text(valid, encoding="utf-8")
     assert _show(container, "NRestarts")["NRestarts"] == "0"
@@ -249,7 +264,7 @@ def test_watchdog_restarts_a_hung_worker(root: Path, container: Booted) -> None:
     assert _show(container, "MainPID")["MainPID"] != main_pid
     # The job the hung worker held is read again after the restart.
     with _Timer("hung receipt read after the restart"):
-        assert _poll(lambda: _read(root, "hung") is not None, READ_TIMEOUT), _journal(container)
+        assert _poll(lambda: _read(root, "hung.png") is not None, READ_TIMEOUT), _journal(container)
 
 
 def _spawned_children(container: Booted, pid: str) -> list[str]:
