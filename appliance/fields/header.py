@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from appliance.fields.spacing import restore_spaces
+from appliance.fields.address_words import fix_glyphs, fix_punctuation
+from appliance.fields.spacing import restore_spaces, split_glued_words
 from appliance.repair.dates import find_dates
 
 if TYPE_CHECKING:
@@ -122,11 +123,16 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
         text = rows[index].text
         if _ADDRESS_START.search(text) and not _ADDRESS_STOP.search(text) and not _is_registration(text):
             between = [rows[i].text for i in range(after + 1, index)]
-            if all(COMPANY_MARKER.search(t) or _LICENSEE.search(t) or _is_registration(t) for t in between):
+            # Rows up to a registration number belong to the name block ("FTOF NOODLE HOUSE" /
+            # "(002049088-U)"): the number ends the name, whatever the rows above it say.
+            last = max((n for n, t in enumerate(between) if _is_registration(t)), default=-1)
+            if all(COMPANY_MARKER.search(t) or _LICENSEE.search(t) for t in between[last + 1 :]):
                 begin = index
             break
     for index in range(begin, min(begin + 8, len(rows))):
         text = rows[index].text.strip()
+        if _is_registration(text):
+            continue  # before the phone test: "(002049088-U)" has a phone number's digits
         stop = _ADDRESS_STOP.search(text) or find_dates(text, "en") or _AMOUNT.search(text)
         phone_only = _PHONE.search(text) and sum(c.isalpha() for c in text) < 4
         if stop or phone_only:
@@ -141,7 +147,8 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
             break  # a row right above a row of amounts names an item, not a street
         after_postcode = [i for i in picked if _POSTCODE.search(rows[i].text)]
         if after_postcode and (
-            picked[-1] != after_postcode[-1] or not re.fullmatch(r"[A-Za-z .,]{3,40}", text)
+            picked[-1] != after_postcode[-1]
+            or not (re.fullmatch(r"[A-Za-z .,]{3,40}", text) or _outlet_row(rows, index))
         ):
             break  # after the postcode row only one row naming a state or country belongs to the address
         picked.append(index)
@@ -150,14 +157,29 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
     return picked
 
 
+def _outlet_row(rows: list[Row], index: int) -> bool:
+    """A numbered outlet printed under the address ("1320-TMN BATU"), right above the tax-id rows."""
+    text = rows[index].text
+    after = rows[index + 1].text if index + 1 < len(rows) else ""
+    return bool(
+        re.match(r"^\d+\s*-?\s*[A-Za-z]", text)
+        and _ADDRESS_START.search(text)
+        and not _POSTCODE.search(text)
+        and (_ADDRESS_STOP.search(after) or _PHONE.search(after))
+    )
+
+
 def address_value(parts: list[str]) -> str:
     """The address rows joined with single spaces, lost spaces restored, registration numbers cut.
 
     Besides the name's rules: a space after a postcode glued to the town ("43200Cheras") and
-    between the words of a town run together in mixed case ("JohorBahru"). Commas and numbers
-    keep the spacing read: SROIE writes the print's own "7/4,KAWASAN" and "UPTOWN3".
+    between the words of a town run together in mixed case ("JohorBahru", "Bandarmenjalara"),
+    misread glyphs in address words and numbers, and commas read as points. Commas, ampersands
+    and numbers keep the spacing read: SROIE writes the print's own "7/4,KAWASAN", "10& 12" and
+    "UPTOWN3".
     """
-    text = restore_spaces(REGISTRATION.sub(" ", " ".join(parts)))
+    text = restore_spaces(REGISTRATION.sub(" ", " ".join(parts)), ampersand=False)
     text = re.sub(r"\b(\d{5})(?=[A-Za-z]{3})", r"\1 ", text)
     text = re.sub(r"(?<=[a-z]{2})(?=[A-Z][a-z])", " ", text)
+    text = fix_punctuation(fix_glyphs(split_glued_words(text)))
     return re.sub(r"\s+", " ", text).strip()

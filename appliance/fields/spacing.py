@@ -27,7 +27,10 @@ _WORDS = re.compile("|".join(sorted(VOCABULARY, key=len, reverse=True)))
 
 
 def _split_run(match: re.Match[str]) -> str:
-    run = match.group(0)
+    return _split_word(match.group(0))
+
+
+def _split_word(run: str) -> str:
     pieces: list[str] = []
     position = 0
     for word in _WORDS.finditer(run):
@@ -47,8 +50,23 @@ def _split_run(match: re.Match[str]) -> str:
     return " ".join(pieces) if pieces else run
 
 
-def restore_spaces(text: str) -> str:
-    """The text with the spaces thermal print lost put back; the letters' case is kept."""
+def split_glued_words(text: str) -> str:
+    """Long capitalised words of an address split at vocabulary words ("Bandarmenjalara").
+
+    Only words of 12 letters or more: shorter mixed-case words were read with their spaces.
+    """
+    return re.sub(
+        r"\b[A-Z][a-z]{11,}\b",
+        lambda m: " ".join(piece.capitalize() for piece in _split_word(m[0].upper()).split(" ")),
+        text,
+    )
+
+
+def restore_spaces(text: str, ampersand: bool = True) -> str:
+    """The text with the spaces thermal print lost put back; the letters' case is kept.
+
+    With `ampersand` false an ampersand keeps the spacing read: addresses print "10& 12" as is.
+    """
     text = re.sub(r"\s+", " ", _plain_latin(text)).strip()
     # Only runs printed in capitals: a mixed-case word ("Kitchenette") was read with its spaces.
     text = _LONG_RUN.sub(_split_run, text)
@@ -57,7 +75,8 @@ def restore_spaces(text: str) -> str:
     text = re.sub(r"(?<=[A-Za-z0-9.])\(", " (", text)  # BAKERIES(KL) -> BAKERIES (KL)
     text = re.sub(r"\)(?=[A-Za-z0-9])", ") ", text)  # (KL)SDN -> (KL) SDN
     text = re.sub(r"\b(MR|MRS|MS|DR|CO)\.(?=[A-Za-z(])", r"\1. ", text, flags=re.IGNORECASE)  # MR.D.I.Y.
-    text = re.sub(r"(?<=\S) &(?=\S)|(?<=\S)& (?=\S)", " & ", text)  # "A &B", "A& B": both sides
+    if ampersand:
+        text = re.sub(r"(?<=\S) &(?=\S)|(?<=\S)& (?=\S)", " & ", text)  # "A &B", "A& B": both sides
     return re.sub(r"\s+", " ", text).strip()
 
 
