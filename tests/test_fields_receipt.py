@@ -325,3 +325,49 @@ def test_receipts_from_elsewhere(rows: list[list[str]], locale: str, expected: t
     assert tuple(fields[name].value for name in ("company", "address", "date", "total")) == expected
     assert all(check.passed for check in fields["total"].checks)
     assert not any(field.review for field in fields.values())
+
+
+def _dated_receipt(date_rows: list[str], gst: str = "GST ID: 000123456789") -> list[list[str]]:
+    return [
+        ["MAJU BAKERY SDN BHD"],
+        ["NO 3, JALAN MAWAR, 43000 KAJANG"],
+        [gst],
+        *([text] for text in date_rows),
+        ["BUN", "4.00"],
+        ["TOTAL", "4.00"],
+        ["CASH", "10.00"],
+        ["CHANGE", "6.00"],
+    ]
+
+
+def test_a_date_before_malaysian_gst_on_a_receipt_with_a_gst_number_goes_to_review() -> None:
+    document = _document(_dated_receipt(["REG C01 04-05-2013 16:07"]))
+    repair_document(document, RepairConfig(locale="en-MY"))
+    date = document.fields["date"]
+    assert date.value == "2013-05-04"
+    assert {c.rule_id: c.passed for c in date.checks} == {"date.tax_era": False}
+    assert date.review is True
+    document = _document(_dated_receipt(["REG C01 04-05-2018 16:07"]))
+    repair_document(document, RepairConfig(locale="en-MY"))
+    assert document.fields["date"].checks == [] and document.fields["date"].review is False
+    # Elsewhere a GST number says nothing about the year (Singapore has had GST since 1994).
+    document = _document(_dated_receipt(["DATE 04-05-2013"], gst="GST REG NO: 001234567890"))
+    repair_document(document, RepairConfig(locale="en-SG"))
+    assert document.fields["date"].review is False
+
+
+def test_a_date_printed_twice_that_reads_differently_goes_to_review() -> None:
+    document = _document(_dated_receipt(["DATE: 12/03/2018 10:11", "PRINTED 12/03/2013 10:12"]))
+    repair_document(document, RepairConfig(locale="en-MY"))
+    date = document.fields["date"]
+    assert date.value == "2018-03-12"
+    assert [(c.rule_id, c.passed) for c in date.checks] == [("date.conflict", False)]
+    assert date.review is True
+
+
+def test_address_starts_after_a_name_row_that_carries_a_bare_company_number() -> None:
+    rows = [["ROTI MAJU"], ["kopitiam 001234567.p"], ["117, Jalan Mawar, Sri Petaling"], ["Tel:03-1234 5678"],
+            ["DATE 05/03/2018"], ["BUN", "4.00"], ["TOTAL", "4.00"]]  # fmt: skip
+    document = _document(rows)
+    repair_document(document, RepairConfig())
+    assert document.fields["address"].value == "117, Jalan Mawar, Sri Petaling"

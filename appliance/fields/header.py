@@ -40,7 +40,9 @@ _NOT_NAME = re.compile(
 )
 REGISTRATION = re.compile(
     r"\(?\s*(?:C[O0](?:MPANY)?\.?\s*-?\s*(?:REG(?:ISTRATION)?\.?\s*)?(?:N[O0]\.?)?|REG\.?\s*N[O0]\.?|ROC|UEN|BRN|C[O0]-RE\w*)"
-    r"\s*[:.]?\s*\d{4,}[-\s·.]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s·.]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$",
+    r"\s*[:.]?\s*\d{4,}[-\s·.]?[A-Z]\b\s*\)?|\(\s*\d{4,}[-\s·.]?[A-Z]?\s*\)|^\W*\d{5,}\s*-\s*[A-Z]\W*$|"
+    # a bare company number with its check letter after a name ("BAKERY 000965911-P")
+    r"(?<=[A-Za-z] )\d{6,12}[-.·][A-Z]\b",
     re.IGNORECASE,
 )
 _ADDRESS_START = re.compile(
@@ -125,7 +127,7 @@ def address_rows(rows: list[Row], after: int) -> list[int]:
             between = [rows[i].text for i in range(after + 1, index)]
             # Rows up to a registration number belong to the name block ("FTOF NOODLE HOUSE" /
             # "(002049088-U)"): the number ends the name, whatever the rows above it say.
-            last = max((n for n, t in enumerate(between) if _is_registration(t)), default=-1)
+            last = max((n for n, t in enumerate(between) if REGISTRATION.search(t)), default=-1)
             if all(COMPANY_MARKER.search(t) or _LICENSEE.search(t) for t in between[last + 1 :]):
                 begin = index
             break

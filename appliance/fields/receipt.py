@@ -115,9 +115,39 @@ def _date(rows: list[Row], locale: str) -> FieldValue | None:
     ]
     if again:
         field.checks.append(Check("date.repeated", True, f"also in {len(again)} other row(s)"))
+    else:
+        field.checks.extend(_date_conflicts(rows, row, found, locale))
     if found.ambiguous:
         field.reasons.append("date.ambiguous: day and month order decided by the locale")
     return field
+
+
+# Malaysia's goods and services tax ran from 1 April 2015 to 31 August 2018; its registration
+# number has 12 digits ("GST ID: 000123456789"). A receipt printing one was issued after it began.
+_MY_GST_ID = re.compile(r"\bGST\b[^\d]{0,20}(?<!\d)(00\d{10})(?!\d)", re.IGNORECASE)
+_MY_GST_START = "2015-04-01"
+
+
+def _date_conflicts(rows: list[Row], row: Row, found: DateMatch, locale: str) -> list[Check]:
+    """Failed checks where other print on the receipt contradicts the date read (and none repeats it).
+
+    A second date one glyph away from the first (2018 / 2013) is the same date printed twice and
+    misread once: which reading is right is for a person. A Malaysian GST number on a receipt
+    dated before the tax began means the date (or its year) was misread.
+    """
+    checks: list[Check] = []
+    for other in rows:
+        if other is row:
+            continue
+        for date in find_dates(other.text, locale):
+            differ = sum(a != b for a, b in zip(date.iso, found.iso, strict=True))
+            if differ == 1:
+                checks.append(Check("date.conflict", False, f"{date.raw} elsewhere reads {date.iso}"))
+                break
+    malaysian = locale.upper().endswith("-MY")
+    if malaysian and found.iso < _MY_GST_START and any(_MY_GST_ID.search(other.text) for other in rows):
+        checks.append(Check("date.tax_era", False, f"{found.iso} is before GST began ({_MY_GST_START})"))
+    return checks
 
 
 def _against_locale(date: DateMatch, locale: str) -> bool:
