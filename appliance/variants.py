@@ -56,5 +56,6 @@ def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
             updates[field_name] = {"models": models, **({"min_confidence": float(limit)} if limit else {})}
             continue
         updates[field_name] = _option_value(value)
-    merged = {**base.ppocr_onnx.model_dump(), **updates}
+    # Only the keys the base config set itself, so that the keys a preset fills stay the preset's.
+    merged = {**base.ppocr_onnx.model_dump(exclude_unset=True), **updates}
     return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})

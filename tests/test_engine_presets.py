@@ -58,3 +58,15 @@ def test_the_shipped_configs_leave_the_preset_its_keys(example: str) -> None:
     assert not config.model_fields_set & {key for preset in PRESETS.values() for key in preset}
     fast, _ = apply_preset(config.model_copy(update={"preset": "fast"}))
     assert fast.det_limit_side_len == PRESETS["fast"]["det_limit_side_len"]
+
+
+def test_a_benchmark_variant_keeps_the_preset_in_charge_of_its_keys() -> None:
+    from appliance.config import EngineConfig
+    from appliance.variants import variant_engine_config
+
+    fast, name = apply_preset(variant_engine_config(EngineConfig(), "det=int8+preset=fast").ppocr_onnx)
+    assert name == "fast"
+    assert fast.det_limit_side_len == PRESETS["fast"]["det_limit_side_len"]
+    assert fast.precision.det == "int8"
+    pinned, _ = apply_preset(variant_engine_config(EngineConfig(), "fp32+preset=fast+det_limit=1280").ppocr_onnx)
+    assert pinned.det_limit_side_len == 1280
