@@ -68,5 +68,7 @@ def test_a_benchmark_variant_keeps_the_preset_in_charge_of_its_keys() -> None:
     assert name == "fast"
     assert fast.det_limit_side_len == PRESETS["fast"]["det_limit_side_len"]
     assert fast.precision.det == "int8"
-    pinned, _ = apply_preset(variant_engine_config(EngineConfig(), "fp32+preset=fast+det_limit=1280").ppocr_onnx)
+    pinned, _ = apply_preset(
+        variant_engine_config(EngineConfig(), "fp32+preset=fast+det_limit=1280").ppocr_onnx
+    )
     assert pinned.det_limit_side_len == 1280
