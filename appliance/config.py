@@ -60,7 +60,7 @@ class PpocrOnnxConfig(_Strict):
     """Settings of the PP-OCRv5 ONNX engine."""
 
     # A named bundle of the keys below (engines/ppocr_onnx/presets.py): accurate, fast, auto (accurate
-    # with a usable CUDA provider, fast on the CPU) or custom (none); keys set here win over it.
+    # with a usable CUDA provider or two cores, fast on one) or custom (none); keys set here win.
     preset: Literal["auto", "accurate", "fast", "custom"] = "auto"
     # The built-in model set (appliance/engines/manifests/NAME.json); `manifest` replaces it.
     models: ModelSet = "ppocrv6_small"

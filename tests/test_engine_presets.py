@@ -41,13 +41,21 @@ def test_custom_applies_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("provider", "cuda", "expected"),
-    [("cpu", True, "fast"), ("auto", False, "fast"), ("auto", True, "accurate"), ("cuda", False, "accurate")],
+    ("provider", "cuda", "cores", "expected"),
+    [
+        ("auto", True, 1, "accurate"),
+        ("cuda", False, 1, "accurate"),
+        ("cpu", True, 1, "fast"),
+        ("auto", False, 1, "fast"),
+        ("auto", False, 2, "accurate"),
+        ("cpu", False, 16, "accurate"),
+    ],
 )
-def test_auto_is_accurate_with_a_gpu_and_fast_on_the_cpu(
-    monkeypatch: pytest.MonkeyPatch, provider: str, cuda: bool, expected: str
+def test_auto_is_accurate_with_a_gpu_or_two_cores_and_fast_on_one(
+    monkeypatch: pytest.MonkeyPatch, provider: str, cuda: bool, cores: int, expected: str
 ) -> None:
     monkeypatch.setattr(presets, "cuda_usable", lambda: cuda)
+    monkeypatch.setattr(presets.os, "sched_getaffinity", lambda _pid: set(range(cores)))
     assert preset_name(PpocrOnnxConfig(provider=provider)) == expected  # type: ignore[arg-type]
 
 

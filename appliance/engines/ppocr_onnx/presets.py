@@ -2,17 +2,20 @@
 
 A site picks `accurate` or `fast` by name instead of tuning a dozen keys; any key it does set in
 its config wins over the preset's value. `auto` takes `accurate` where onnxruntime has a usable
-CUDA provider (a GPU has time to spare for the second reader) and `fast` on the CPU, and the
-engine records which one it took. `custom` applies nothing: every key is the config's own.
+CUDA provider or the process may use at least two cores (on a 2-core box it reads a receipt in
+about a second, faster than the best peer at a lower error rate: bench/README.md), and `fast` on
+a single core; the engine records which one it took. `custom` applies nothing.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from appliance.config import PpocrOnnxConfig
 
 # The figures behind each choice are in bench/README.md ("OCR accuracy and speed").
+MIN_CORES_ACCURATE = 2  # `auto` on the CPU: accurate from this many usable cores on
 PRESETS: dict[str, dict[str, Any]] = {
     # PP-OCRv6 small throughout, its detector at full size, lines padded to its training width.
     # No second reader: PP-OCRv5's recogniser reading again the lines PP-OCRv6 is unsure of (below
@@ -45,9 +48,9 @@ def preset_name(config: PpocrOnnxConfig) -> str:
     """The preset `config` asks for, with `auto` decided by the machine and the provider setting."""
     if config.preset != "auto":
         return config.preset
-    if config.provider == "cpu":
-        return "fast"
-    return "accurate" if config.provider == "cuda" or cuda_usable() else "fast"
+    if config.provider == "cuda" or (config.provider == "auto" and cuda_usable()):
+        return "accurate"
+    return "accurate" if len(os.sched_getaffinity(0)) >= MIN_CORES_ACCURATE else "fast"
 
 
 def apply_preset(config: PpocrOnnxConfig) -> tuple[PpocrOnnxConfig, str]:
