@@ -228,6 +228,7 @@ class Daemon:
         self._factory_for = factory_for
         self._started_at = time.monotonic()
         self._next_watchdog = 0.0
+        self._stall_logged = False
         self._next_status = 0.0
         self.watchdog_pings = 0
         self.state = DaemonState.RUNNING
@@ -383,13 +384,16 @@ class Daemon:
             self._notifier.watchdog()
             self.watchdog_pings += 1
             self._next_watchdog = now + interval
-        elif now >= self._next_watchdog + interval:
+            self._stall_logged = False
+        elif not self._stall_logged:
+            # At the first ping withheld: systemd's watchdog fires one interval later (the interval
+            # is half of WatchdogSec), and the reason must reach the journal before it does.
             log.error(
                 "a worker has shown no progress for %.0f s: watchdog pings withheld",
                 self._config.service.watchdog_stall_seconds,
                 extra=event("watchdog_stalled"),
             )
-            self._next_watchdog = now
+            self._stall_logged = True
 
     def run(self, stop: threading.Event, reload: threading.Event | None = None) -> None:
         """Start (if not started) and work until `stop` is set, then shut down cleanly.
