@@ -181,14 +181,17 @@ def run_unbooted(
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(command)}\n".encode())
         out.flush()
-        subprocess.run(
+        finished = subprocess.run(
             [*args, *command],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            check=True,
+            check=False,
             timeout=timeout,
         )
+    if finished.returncode != 0:
+        tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
+        raise RuntimeError(f"{' '.join(command)} exited with {finished.returncode} in {root}:\n{tail}")
 
 
 def _nspawn_runtime() -> None:
