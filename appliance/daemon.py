@@ -25,17 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, get_args
+from typing import Any, TextIO
 
-import jsonschema
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
 from appliance import __version__
 from appliance.audit import AuditLog
-from appliance.config import AppConfig, HotFolderConfig, OutputFormat, ProfileConfig, load_config
+from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
 from appliance.control import (
     ControlError,
     DaemonState,
@@ -47,6 +45,7 @@ from appliance.control import (
     Status,
 )
 from appliance.errors import ConfigError, FailureReason
+from appliance.filing import Filing, reason_path
 from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
 from appliance.intake.completeness import check_complete
 from appliance.intake.filtering import is_candidate
@@ -54,9 +53,8 @@ from appliance.intake.lease import WriterActiveError
 from appliance.intake.stability import FileStabilityTracker
 from appliance.intake.watch import make_observer, reports_writer_closes
 from appliance.journal import Job, JobState, Journal
-from appliance.names import NAME_MAX, display, display_all, fit_name, name_bytes
-from appliance.outputs.atomic import fsync_directory, write_atomic
-from appliance.outputs.reissue import reissue
+from appliance.names import display, display_all
+from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import output_paths
 from appliance.review import (
     CORRECTED_FILE,
@@ -76,13 +74,6 @@ _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
 _WORKER_START_SECONDS = 300.0
 _REVIEW_CHECK_SECONDS = 2.0
-# Bytes the longest result suffix (".alto.xml") adds to a stem: a stem is cut to leave room for it.
-_RESULT_SUFFIX_BYTES = max(
-    name_bytes(path.name) for path in output_paths(Path(), "", get_args(OutputFormat)).values()
-)
-_REASON_SUFFIX = ".error.json"
-# A "suffix" longer than this is most of a name ("a.<240 bytes>"), not an extension to keep.
-_MAX_SUFFIX_BYTES = 32
 # A file that cannot be claimed (permissions, a full spool, an I/O error) is tried again at later
 # rescans, no sooner than this, doubling up to the cap: a lasting fault is not hammered every tick.
 _CLAIM_RETRY_SECONDS = 30.0
@@ -117,60 +108,12 @@ class _EventForwarder(FileSystemEventHandler):
         self._events.put((self._folder, path))
 
 
-def _unique_path(path: Path) -> Path:
-    """`path`, or `name-1.ext`, `name-2.ext`... if taken: an earlier file is never overwritten.
-
-    A counter that would take a long name past NAME_MAX shortens its stem instead (fit_name).
-    """
-    stem, suffix = path.stem, path.suffix
-    if name_bytes(suffix) > _MAX_SUFFIX_BYTES:
-        stem, suffix = path.name, ""
-    candidate, counter = path, 0
-    while candidate.exists():
-        counter += 1
-        candidate = path.with_name(fit_name(stem, f"-{counter}{suffix}"))
-    return candidate
-
-
-def _reason_path(target: Path) -> Path:
-    """Where the reason for `target` (a file in failed/) goes: `NAME.error.json`, cut to fit NAME_MAX."""
-    return target.with_name(fit_name(target.name, _REASON_SUFFIX))
-
-
-def _result_stem(name: str, tag: str = "") -> str:
-    """The stem of `name`'s results (`name` + `tag`), cut so that every result suffix fits NAME_MAX.
-
-    A cut stem keeps a prefix and a hash of the full name; the JSON result's source name keeps
-    the whole name.
-    """
-    return fit_name(name, tag, limit=NAME_MAX - _RESULT_SUFFIX_BYTES)
-
-
-def _move_file(source: Path, target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target = _unique_path(target)
-    shutil.move(str(source), target)
-    fsync_directory(target.parent)
-    return target
-
-
 def _tracker(config: AppConfig) -> FileStabilityTracker:
     # A file marked as being written whose close was never seen settles after the time an
     # incomplete file is reported after: by then it is looked at, written or not.
     return FileStabilityTracker(
         config.intake.settle_seconds, writer_grace_seconds=config.intake.incomplete_timeout_seconds
     )
-
-
-def _failure_reason(journal_reason: str) -> FailureReason:
-    """The machine-readable reason of a failed job, from the reason the journal recorded."""
-    head = journal_reason.split(":", 1)[0]
-    if head == "poison":
-        return FailureReason.POISON
-    if head.startswith("gave up after"):
-        return FailureReason.GAVE_UP
-    known = {item.value for item in FailureReason}
-    return FailureReason(head) if head in known else FailureReason.INTERNAL
 
 
 @dataclass
@@ -250,11 +193,7 @@ class Daemon:
         self._journal: Journal | None = None
         self._events: queue.SimpleQueue[tuple[HotFolderConfig, Path]] = queue.SimpleQueue()
         self._writes: queue.SimpleQueue[tuple[HotFolderConfig, Path, bool]] = queue.SimpleQueue()
-        self._folders = {
-            folder.path: _FolderState(folder, _tracker(config))
-            for folder in config.hot_folders
-        }
-        self._folder_by_source = {str(folder.path): folder for folder in config.hot_folders}
+        self._folders = {folder.path: _FolderState(folder, _tracker(config)) for folder in config.hot_folders}
         self._workers = [
             Worker(f"ocr-worker-{index}", engine_factory, config.rasterize)
             for index in range(config.jobs.workers)
@@ -263,12 +202,11 @@ class Daemon:
         # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
         # every job may try the VLM again).
         self._vlm_breaker = VlmBreaker()
-        self._output_gid = grp.getgrnam(config.outputs.group).gr_gid if config.outputs.group else None
-        self._output_mode = int(config.outputs.mode, 8)
         self.stats = DaemonStats()
         self.engine_description: dict[str, Any] = {}
         self.ready = threading.Event()
         self._lock_handle: TextIO | None = None
+        self._filing: Filing  # with the journal, at start
 
     @property
     def journal(self) -> Journal:
@@ -289,10 +227,11 @@ class Daemon:
         self._spool.mkdir(parents=True, exist_ok=True)
         self._take_instance_lock()
         self._journal = Journal(self._journal_path, max_attempts=self._config.jobs.max_attempts)
+        self._filing = Filing(self._config, self._journal, self.recent_errors)
         for job in self.journal.recover():
             log.warning("job %s (%s) was running when the daemon stopped: %s", job.id, job.name, job.state)
             if job.state is JobState.FAILED:
-                self._settle_finished(job)
+                self._filing.settle_finished(job)
         self._reconcile_spool()
         for worker in self._workers:
             # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
@@ -301,9 +240,7 @@ class Daemon:
         self.engine_description = self._workers[0].description
         for state in self._folders.values():
             observer = make_observer(state.config.path, state.config.watch, self._config.intake.poll_seconds)
-            observer.schedule(
-                self._forwarder(state.config, observer), str(state.config.path), recursive=True
-            )
+            observer.schedule(self._forwarder(state.config, observer), str(state.config.path), recursive=True)
             observer.start()
             state.observer = observer
         self._rescan()
@@ -465,8 +402,7 @@ class Daemon:
         old, self._config = self._config, new
         self._apply_folders(old, new)
         self.journal.max_attempts = new.jobs.max_attempts
-        self._output_gid = grp.getgrnam(new.outputs.group).gr_gid if new.outputs.group else None
-        self._output_mode = int(new.outputs.mode, 8)
+        self._filing.reconfigure(new)
         logging.getLogger().setLevel(new.logging.level)
         if (new.engine, new.rasterize) != (old.engine, old.rasterize):
             if self._factory_for is None:
@@ -511,8 +447,6 @@ class Daemon:
             else:
                 self._folders[path].tracker.settle_seconds = new.intake.settle_seconds
                 self._folders[path].tracker.writer_grace_seconds = new.intake.incomplete_timeout_seconds
-        # Jobs already claimed from a folder that is gone still finish into its old folders.
-        self._folder_by_source.update({str(folder.path): folder for folder in new.hot_folders})
         self._rescan()
 
     def _wait_for_work(self, stop: threading.Event) -> None:
@@ -652,8 +586,7 @@ class Daemon:
         try:
             if path.is_symlink() or not path.is_file():
                 return  # claimed or gone already: the spool and the journal account for it
-            relative = path.relative_to(state.config.path)
-            moved = _move_file(path, state.config.failed_dir / relative)
+            self._filing.fail_file(path, state.config, FailureReason.INTERNAL, message)
         except Exception:
             log.exception(
                 "cannot move %s to %s either; it stays in the hot folder", path, state.config.failed_dir
@@ -661,7 +594,6 @@ class Daemon:
             state.refused.add(path)
             return
         self.stats.failed += 1
-        self._write_reason_logged(moved, relative, FailureReason.INTERNAL, message)
 
     def _consider(self, state: _FolderState, path: Path) -> None:
         """A settled file: claim it if complete; otherwise wait, and report it after the timeout."""
@@ -714,7 +646,7 @@ class Daemon:
             self._config.intake.incomplete_timeout_seconds,
             reason,
         )
-        self._write_reason_logged(state.config.failed_dir / relative, relative, failure, reason)
+        self._filing.write_reason_logged(state.config.failed_dir / relative, relative, failure, reason)
 
     def _claim(self, state: _FolderState, path: Path) -> None:
         """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
@@ -755,7 +687,7 @@ class Daemon:
                 claimed.writer_check_unavailable,
             )
         relative = Path(claimed.relative_path)
-        stale_reason = _reason_path(state.config.failed_dir / relative)
+        stale_reason = reason_path(state.config.failed_dir / relative)
         if state.incomplete_reported.pop(path, None) is not None:
             with contextlib.suppress(FileNotFoundError):
                 stale_reason.unlink()  # it completed after all
@@ -776,7 +708,8 @@ class Daemon:
             extra=event("job_claimed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="claim"),
         )
         try:
-            self._reissue_if_duplicate(job)
+            if self._filing.reissue_if_duplicate(job):
+                self.stats.duplicates += 1
         except Exception:  # the job stays queued and is read like any other
             log.exception("cannot issue the earlier result for %s again; it is read instead", relative)
 
@@ -815,57 +748,6 @@ class Daemon:
             priority=self._config.profiles[folder.profile].priority,
         )
 
-    def _reissue_if_duplicate(self, job: Job) -> None:
-        """The same content read before: issue the earlier result again instead of reading it twice."""
-        if self._config.intake.reprocess_duplicates:
-            return
-        earlier = self.journal.find_done_by_sha256(job.sha256)
-        if earlier is None or earlier.id == job.id:
-            return
-        stored = earlier.outputs.get("json")
-        if not stored or not Path(stored).is_file():
-            return  # no stored result to issue again: read it again
-        folder = self._folder_by_source[job.source_folder]
-        output_dir, stem = self._output_location(job, folder)
-        # Under the new file's name, in every format the profile asks for now, rendered from the
-        # stored result (the searchable PDF from this file's own pages: the same bytes).
-        try:
-            targets = reissue(
-                Path(stored),
-                Path(job.spool_path),
-                name=job.name,
-                source_path=str(folder.path / job.relative_path),
-                output_dir=output_dir,
-                stem=stem,
-                formats=self._config.formats_for(job.profile),
-                mode=self._output_mode,
-            )
-        except (OSError, ValueError, KeyError, TypeError, jsonschema.ValidationError) as error:
-            log.warning(
-                "%s: the result of job %s cannot be issued again (%s); reading it",
-                job.name,
-                earlier.id,
-                error,
-            )
-            return
-        for target in targets.values():
-            self._apply_group(target)
-        finished = self.journal.finish(
-            job.id,
-            JobState.DONE,
-            f"duplicate of job {earlier.id}: its result was issued again",
-            {fmt: str(path) for fmt, path in targets.items()},
-            duplicate_of=earlier.id,
-        )
-        self.stats.duplicates += 1
-        log.info(
-            "%s is a duplicate of job %s: result issued again",
-            job.relative_path,
-            earlier.id,
-            extra=event("job_done", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="duplicate", ROUTE="done"),
-        )
-        self._settle_finished(finished)
-
     def _reconcile_spool(self) -> None:
         """Queue claimed files the journal never heard of; finish archiving finished jobs' files."""
         known: set[str] = set()
@@ -877,7 +759,7 @@ class Daemon:
                         continue
                     known.add(str(path))
                     if job.state in (JobState.DONE, JobState.FAILED):
-                        self._settle_finished(job)  # a crash came between the journal and the archive
+                        self._filing.settle_finished(job)  # a crash came between the journal and the archive
             except Exception:  # one spool folder must not stop every start from here on
                 log.exception("cannot reconcile the spool folder %s; left as it is", job_dir)
         try:
@@ -886,7 +768,7 @@ class Daemon:
             log.exception("cannot look for orphaned claims in %s", self._spool)
             orphans = []
         for orphan in orphans:
-            folder = self._folder_by_source.get(orphan.source_folder)
+            folder = self._filing.folder_for(orphan.source_folder)
             if folder is None:
                 log.error(
                     "spooled file %s came from %s, which is no longer configured; left in the spool",
@@ -907,28 +789,6 @@ class Daemon:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def _output_location(self, job: Job, folder: HotFolderConfig) -> tuple[Path, str]:
-        """Output folder and file stem for a job: deterministic, so a retried job overwrites its own.
-
-        The stem is the original name unless results of *other* content already carry it; then the
-        content hash is added (`scan.pdf.3f2a9c1b0d4e.json`). A result of the same content (this job
-        interrupted by a crash, or a duplicate) is simply replaced.
-        """
-        relative = Path(job.relative_path)
-        output_dir = folder.output_dir / relative.parent
-        stem = _result_stem(relative.name)
-        formats = self._config.formats_for(job.profile)
-        existing = [path for path in output_paths(output_dir, stem, formats).values() if path.exists()]
-        if existing:
-            json_path = output_dir / f"{stem}.json"
-            try:
-                same = json.loads(json_path.read_text(encoding="utf-8"))["source"]["sha256"] == job.sha256
-            except (OSError, ValueError, KeyError, TypeError):
-                same = False
-            if not same:
-                stem = _result_stem(relative.name, f".{job.sha256[:12]}")
-        return output_dir, stem
-
     def _dispatch(self) -> None:
         for worker in list(self._workers):
             if worker.restart_when_idle and not worker.busy:
@@ -944,7 +804,7 @@ class Daemon:
             job = self.journal.start_next()
             if job is None:
                 return
-            folder = self._folder_by_source.get(job.source_folder)
+            folder = self._filing.folder_for(job.source_folder)
             if folder is None:
                 finished = self.journal.finish(
                     job.id, JobState.FAILED, "its hot folder is no longer configured"
@@ -952,7 +812,7 @@ class Daemon:
                 log.error("job %s: %s", job.id, finished.reason)
                 continue
             try:
-                output_dir, stem = self._output_location(job, folder)
+                output_dir, stem = self._filing.output_location(job, folder)
             except Exception as error:  # e.g. an output folder that cannot be looked at
                 self._finish_fault(job, error)
                 continue
@@ -964,12 +824,12 @@ class Daemon:
                 output_dir=str(output_dir),
                 stem=stem,
                 formats=self._config.formats_for(job.profile),
-                mode=self._output_mode,
-                gid=self._output_gid,
+                mode=self._filing.output_mode,
+                gid=self._filing.output_gid,
                 profile=profile,
                 repair=self._config.repair_for(job.profile),
-                review_dir=str(self._review_dir(folder)),
-                audit_dir=str(self._audit_dir(folder)),
+                review_dir=str(self._filing.review_dir(folder)),
+                audit_dir=str(self._filing.audit_dir(folder)),
                 relative_path=job.relative_path,
                 site_dictionary=self._site_dictionary.load(),
                 vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if _calls_vlm(profile) else None,
@@ -1016,7 +876,7 @@ class Daemon:
             )
             if updated.state is JobState.FAILED:
                 self.stats.failed += 1
-                self._settle_finished(updated)
+                self._filing.settle_finished(updated)
             if restart:
                 self.stats.worker_restarts += 1
                 worker.start()
@@ -1037,7 +897,7 @@ class Daemon:
                 self._to_review(job, outcome, confidence)
                 return
             outputs = dict(outcome.outputs)
-            original = self._archive_target(job)
+            original = self._filing.archive_target(job)
             if original is not None:
                 outputs["original"] = str(original)  # where reprocessing finds it later
             summary = f"read {outcome.pages} page(s), confidence {confidence}"
@@ -1063,7 +923,7 @@ class Daemon:
                     MODEL_ID=self._model_ids(),
                 ),
             )
-            self._settle_finished(finished)
+            self._filing.settle_finished(finished)
             return
         if outcome.transient:
             delay = self._config.jobs.retry_backoff_seconds * 2 ** (job.attempts - 1)
@@ -1087,7 +947,7 @@ class Daemon:
             updated.reason,
             extra=event("job_failed", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read", ROUTE="failed"),
         )
-        self._settle_finished(updated)
+        self._filing.settle_finished(updated)
 
     def _finish_fault(self, job: Job, error: Exception) -> None:
         """An unexpected error while finishing a job: said, and the job failed with it if still open."""
@@ -1102,61 +962,9 @@ class Daemon:
                 job.id, JobState.FAILED, f"{FailureReason.INTERNAL.value}: {message}"
             )
             self.stats.failed += 1
-            self._settle_finished(failed)
+            self._filing.settle_finished(failed)
         except Exception:
             log.exception("job %s: cannot record its failure; the next start recovers it", job.id)
-
-    def _settle_finished(self, job: Job) -> None:
-        """Move a finished job's original out of the spool; a fault here is said, never raised.
-
-        The journal already holds the outcome, so a file left in the spool by a failed move is
-        moved at the next start (_reconcile_spool).
-        """
-        try:
-            self._settle(job)
-        except Exception as error:
-            message = (
-                f"cannot move the original of job {job.id} ({job.relative_path}) out of the spool: {error}"
-            )
-            log.error("%s; it is moved at the next start", message, exc_info=error)
-            self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": display(message)})
-
-    def _settle(self, job: Job) -> None:
-        """Move a finished job's original out of the spool: archived, deleted, or to failed/."""
-        spool_file = Path(job.spool_path)
-        folder = self._folder_by_source.get(job.source_folder)
-        if not spool_file.exists() or folder is None:
-            return
-        relative = Path(job.relative_path)
-        if job.state is JobState.REVIEW:
-            return  # the original waits in the spool until a person resolves the review
-        if job.state is JobState.FAILED:
-            moved = _move_file(spool_file, folder.failed_dir / relative)
-            self._write_reason_logged(
-                moved, relative, _failure_reason(job.reason or ""), job.reason or "", job
-            )
-        elif self._config.intake.originals == "delete":
-            spool_file.unlink()
-        else:
-            recorded = job.outputs.get("original")
-            target = Path(recorded) if recorded else self._archive_target(job)
-            if target is not None:
-                _move_file(spool_file, target)
-        shutil.rmtree(spool_file.parent, ignore_errors=True)
-
-    def _archive_target(self, job: Job) -> Path | None:
-        """Where a done job's original will be archived (None when originals are deleted)."""
-        folder = self._folder_by_source.get(job.source_folder)
-        if folder is None or self._config.intake.originals == "delete":
-            return None
-        month = datetime.now(UTC).strftime("%Y/%m")
-        return _unique_path(folder.archive_dir / month / job.relative_path)
-
-    def _review_dir(self, folder: HotFolderConfig) -> Path:
-        return folder.review_dir or folder.output_dir.parent / "review"
-
-    def _audit_dir(self, folder: HotFolderConfig) -> Path:
-        return folder.audit_dir or folder.output_dir.parent / "audit"
 
     def _append_audit(self, record: dict[str, Any] | None) -> None:
         if record is None:
@@ -1228,7 +1036,7 @@ class Daemon:
             raise NotFoundError(f"no job {job_id!r}")
         if job.state is not JobState.REVIEW:
             raise FailedPreconditionError(f"job {job_id} is {job.state}, not waiting for review")
-        folder_config = self._folder_by_source.get(job.source_folder)
+        folder_config = self._filing.folder_for(job.source_folder)
         if folder_config is None or "json" not in job.outputs:
             raise FailedPreconditionError(f"job {job_id} has no reviewable result (its hot folder is gone)")
         review_json = Path(job.outputs["json"])
@@ -1237,7 +1045,7 @@ class Daemon:
             corrected = apply_correction(result, fields, text)
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
-        output_dir, stem = self._output_location(job, folder_config)
+        output_dir, stem = self._filing.output_location(job, folder_config)
         targets = output_paths(output_dir, stem, [fmt for fmt in job.outputs if fmt != "original"])
         outputs: dict[str, str] = {}
         for fmt, target in targets.items():
@@ -1249,11 +1057,11 @@ class Daemon:
                 if fmt == "text" and text is not None
                 else source.read_bytes()
             )
-            write_atomic(target, data, self._output_mode)
-            self._apply_group(target)
+            write_atomic(target, data, self._filing.output_mode)
+            self._filing.apply_group(target)
             outputs[fmt] = str(target)
         self._site_dictionary.learn(result, fields)
-        original = self._archive_target(job)
+        original = self._filing.archive_target(job)
         if original is not None:
             outputs["original"] = str(original)
         finished = self.journal.finish(
@@ -1270,7 +1078,7 @@ class Daemon:
                 "outputs": outputs,
             }
         )
-        self._settle_finished(finished)
+        self._filing.settle_finished(finished)
         shutil.rmtree(review_json.parent, ignore_errors=True)
         self.stats.done += 1
         log.info(
@@ -1433,35 +1241,6 @@ class Daemon:
             **{f"jobs_{state.value}": float(count) for state, count in counts.items()},
             **{f"vlm_{key}_total": value for key, value in self._decoding.items()},
         }
-
-    def _write_reason(
-        self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None
-    ) -> None:
-        # Names shown escaped (valid UTF-8 JSON); `file` is the full name even when the reason
-        # file's own name had to be cut to fit NAME_MAX.
-        record = {
-            "file": display(relative.as_posix()),
-            "reason": reason.value,
-            "message": display(message),
-            "failed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "job_id": job.id if job else None,
-            "sha256": job.sha256 if job else None,
-            "attempts": job.attempts if job else 0,
-        }
-        write_atomic(_reason_path(target), (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
-
-    def _write_reason_logged(
-        self, target: Path, relative: Path, reason: FailureReason, message: str, job: Job | None = None
-    ) -> None:
-        """_write_reason, with a fault said rather than raised: the file is already where it belongs."""
-        try:
-            self._write_reason(target, relative, reason, message, job)
-        except Exception:
-            log.exception("cannot write the reason file for %s (%s: %s)", target, reason.value, message)
-
-    def _apply_group(self, path: Path) -> None:
-        if self._output_gid is not None:
-            shutil.chown(path, group=self._output_gid)
 
     def _prune(self) -> None:
         removed = self.journal.prune(self._config.jobs.retention_days * 86400)

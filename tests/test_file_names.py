@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from appliance import daemon as daemon_module
+from appliance import filing
 from appliance.api import convert
 from appliance.control import DaemonState, Status
 from appliance.intake.claim import claim
@@ -290,10 +291,10 @@ def test_names_of_231_to_255_bytes_are_read_archived_and_failed_with_reasons(tmp
         out, archive = running.folders.out, running.folders.archive
         assert wait_for(lambda: running.daemon.journal.counts()[JobState.DONE] == len(good), 60)
         for name in good:
-            result = out / f"{daemon_module._result_stem(name)}.json"
+            result = out / f"{filing.result_stem(name)}.json"
             assert result.exists(), name
             assert json.loads(result.read_text(encoding="utf-8"))["source"]["name"] == name
-            assert (out / f"{daemon_module._result_stem(name)}.txt").exists()
+            assert (out / f"{filing.result_stem(name)}.txt").exists()
         assert wait_for(lambda: {path.name for path in archive.rglob("*.png")} == set(good))
         reason_file = running.folders.failed / fit_name(bad, ".error.json")
         assert wait_for(reason_file.exists)
@@ -307,7 +308,7 @@ def test_names_of_231_to_255_bytes_are_read_archived_and_failed_with_reasons(tmp
         (inbox / longest).write_bytes(data)
         assert wait_for(lambda: running.daemon.journal.counts()[JobState.DONE] == len(good) + 1)
         tag = "." + hashlib.sha256(data).hexdigest()[:12]
-        assert (out / f"{daemon_module._result_stem(longest, tag)}.json").exists()
+        assert (out / f"{filing.result_stem(longest, tag)}.json").exists()
         stem, suffix = longest[:-4], longest[-4:]
         assert wait_for((next(archive.glob("*/*")) / fit_name(stem, f"-1{suffix}")).exists)
         assert running.thread.is_alive()
@@ -330,7 +331,7 @@ def test_long_name_in_review_and_audit_folders(tmp_path: Path) -> None:
         }
     )
     name = f"{'r' * 250}.png"
-    stem = daemon_module._result_stem(name)
+    stem = filing.result_stem(name)
     with Running(config) as running:
         (folder.path / name).write_bytes(png_bytes())
         (second.path / name).write_bytes(png_bytes("gray"))
@@ -353,7 +354,7 @@ def test_a_fault_while_writing_a_reason_does_not_stop_the_daemon(
     def broken_reason(*_: object, **__: object) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(daemon_module.Daemon, "_write_reason", broken_reason)
+    monkeypatch.setattr(filing.Filing, "write_reason", broken_reason)
     with Running(_config(tmp_path)) as running:
         (running.folders.inbox / "broken.jpg").write_bytes(GARBAGE_JPEG)
         assert wait_for((running.folders.failed / "broken.jpg").exists)
@@ -365,7 +366,7 @@ def test_a_fault_while_writing_a_reason_does_not_stop_the_daemon(
 def test_a_fault_while_moving_to_failed_does_not_stop_the_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_move = daemon_module._move_file
+    real_move = filing.move_file
     calls: list[Path] = []
 
     def move_failing_once(source: Path, target: Path) -> Path:
@@ -374,7 +375,7 @@ def test_a_fault_while_moving_to_failed_does_not_stop_the_daemon(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_move(source, target)
 
-    monkeypatch.setattr(daemon_module, "_move_file", move_failing_once)
+    monkeypatch.setattr(filing, "move_file", move_failing_once)
     with Running(_config(tmp_path)) as running:
         (running.folders.inbox / "broken.jpg").write_bytes(GARBAGE_JPEG)
         assert wait_for(lambda: len(calls) >= 1)
@@ -382,7 +383,7 @@ def test_a_fault_while_moving_to_failed_does_not_stop_the_daemon(
         assert wait_for(_output(running.folders.out, "after.png").exists)
         assert running.thread.is_alive()
     # The next start finishes moving it, with its reason.
-    monkeypatch.setattr(daemon_module, "_move_file", real_move)
+    monkeypatch.setattr(filing, "move_file", real_move)
     with Running(_config(tmp_path)) as running:
         assert wait_for((running.folders.failed / "broken.jpg.error.json").exists)
 
