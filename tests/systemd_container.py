@@ -63,9 +63,10 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def debian_mirror() -> str:
+def debian_mirror(sources: Sequence[Path] | None = None) -> str:
     """The Debian mirror apt itself uses for SUITE (deb822 .sources or one-line .list files)."""
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    if sources is None:
+        sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
     for path in sources:
         if not path.is_file() or not path.name.endswith((".list", ".sources")):
             continue
@@ -117,6 +118,14 @@ def copy_rootfs(base: Path, destination: Path) -> Path:
     """A private copy of the cached root file system for one test session."""
     subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(destination)], check=True, timeout=600)
     return destination
+
+
+def remove_stale_copies() -> None:
+    """Copies left by test runs that were killed (run-PID, the PID gone): a GB each."""
+    for copy in ROOTFS_CACHE.glob("run-*"):
+        pid = copy.name.removeprefix("run-")
+        if pid.isdigit() and (int(pid) == os.getpid() or not Path(f"/proc/{pid}").exists()):
+            shutil.rmtree(copy, ignore_errors=True)
 
 
 def copy_source(repo: Path, destination: Path) -> None:

@@ -84,8 +84,8 @@ def root(request: pytest.FixtureRequest) -> Iterator[Path]:
     started = time.monotonic()
     with _Timer("root file system (debootstrap, or the cache)"):
         base = systemd_container.base_rootfs(logs / "debootstrap.log")
+    systemd_container.remove_stale_copies()
     work = systemd_container.ROOTFS_CACHE / f"run-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
         with _Timer("copy of the root file system"):
