@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import PpocrOnnxConfig, load_config
-from appliance.engines.ppocr_onnx import presets
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine, presets
 from appliance.engines.ppocr_onnx.presets import PRESETS, apply_preset, preset_name
 
 
@@ -80,3 +80,21 @@ def test_a_benchmark_variant_keeps_the_preset_in_charge_of_its_keys() -> None:
         variant_engine_config(EngineConfig(), "fp32+preset=fast+det_limit=1280").ppocr_onnx
     )
     assert pinned.det_limit_side_len == 1280
+
+
+def test_the_int8_detector_is_taken_on_the_cpu_with_its_own_set_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(presets, "cuda_usable", lambda: False)
+    cpu, _ = apply_preset(PpocrOnnxConfig(preset="accurate"))
+    assert (cpu.precision.det, cpu.precision.rec) == ("int8", "fp32")
+    other_set, _ = apply_preset(PpocrOnnxConfig(preset="accurate", models="ppocrv5_mobile"))
+    assert other_set.precision.det == "fp32", "no INT8 set of PP-OCRv5 ships with the appliance"
+    monkeypatch.setattr(presets, "cuda_usable", lambda: True)
+    gpu, _ = apply_preset(PpocrOnnxConfig(preset="accurate"))
+    assert gpu.precision.det == "fp32", "static INT8 graphs are CPU kernels"
+
+
+def test_the_shipped_int8_detector_loads_hash_checked_from_the_package(engine: PpocrOnnxEngine) -> None:
+    models = {model["role"]: model for model in engine.describe()["models"]}
+    assert models["det"]["precision"] == "int8"
+    assert models["det"]["file"] == "ppocrv6_small_det_int8.onnx"
+    assert models["rec"]["precision"] == "fp32"
