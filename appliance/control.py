@@ -15,12 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from appliance.journal import Job, JobState, Transition
-
-if TYPE_CHECKING:
-    from appliance.daemon import Daemon
+from appliance.journal import Job, JobState, Journal, Transition
 
 T = TypeVar("T")
 
@@ -122,10 +119,40 @@ class ReviewItem:
     fields: dict[str, Any]
 
 
-class Control:
-    """What the API may ask of a running Daemon."""
+class Controlled(Protocol):
+    """What Control needs of a running daemon (appliance.daemon.Daemon has it); control never imports it."""
 
-    def __init__(self, daemon: Daemon, command_timeout: float = 30.0) -> None:
+    @property
+    def journal(self) -> Journal: ...
+
+    def snapshot_status(self) -> Status: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def review_items(self) -> list[ReviewItem]: ...
+
+    def call_soon(self, function: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None: ...
+
+    # Commands: Control runs them on the daemon's loop through call_soon.
+    def pause(self) -> DaemonState: ...
+
+    def resume(self) -> DaemonState: ...
+
+    def drain(self) -> DaemonState: ...
+
+    def reload_with_message(self) -> tuple[bool, str]: ...
+
+    def reprocess(
+        self, job_id: str | None = None, sha256: str | None = None, profile: str | None = None
+    ) -> Job: ...
+
+    def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job: ...
+
+
+class Control:
+    """What the API may ask of a running daemon."""
+
+    def __init__(self, daemon: Controlled, command_timeout: float = 30.0) -> None:
         self._daemon = daemon
         self._timeout = command_timeout
 

@@ -1,5 +1,9 @@
 """The daemon: hot folders in, the journal in the middle, worker processes reading, results out.
 
+`Daemon` keeps the loop, start and stop, reload, hot-folder intake, and dispatching jobs to the
+worker pool; filing results and originals (filing.py), the review desk (review_desk.py) and the
+status (status.py) are collaborators it wires together.
+
 One thread owns the journal and every decision; watchdog's observer threads only forward events
 into a queue, and engines run in worker subprocesses. Every file goes through the same steps:
 seen → settled (size and mtime stable) → complete (format check) → claimed into the spool and
@@ -10,7 +14,6 @@ reading one twice.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import fcntl
@@ -31,13 +34,10 @@ from typing import Any, TextIO
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver
 
-from appliance import __version__
 from appliance.audit import AuditLog
 from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
 from appliance.control import (
-    ControlError,
     DaemonState,
-    EngineStatus,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -55,14 +55,9 @@ from appliance.intake.watch import make_observer, reports_writer_closes
 from appliance.journal import Job, JobState, Journal
 from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
-from appliance.outputs.writer import output_paths
-from appliance.review import (
-    CORRECTED_FILE,
-    REASONS_FILE,
-    SiteDictionary,
-    apply_correction,
-    parse_correction,
-)
+from appliance.review import SiteDictionary
+from appliance.review_desk import ReviewDesk
+from appliance.status import StatusBoard, gpu_memory_budget
 from appliance.systemd import Notifier, event
 from appliance.vlm_breaker import VlmBreaker
 from appliance.workers import EngineFactory, JobOutcome, JobRequest, Worker
@@ -138,20 +133,6 @@ class _FolderState:
     writer_check_noted: bool = False
 
 
-@dataclass
-class DaemonStats:
-    """Counters for logs and the status line."""
-
-    claimed: int = 0
-    done: int = 0
-    failed: int = 0
-    duplicates: int = 0
-    review: int = 0
-    audited: int = 0
-    worker_restarts: int = 0
-    intake_paused: bool = False
-
-
 class Daemon:
     """Runs until `stop` is set; `start()` raises ModelError or ConfigError if it cannot start."""
 
@@ -169,7 +150,6 @@ class Daemon:
         self._notifier = notifier or Notifier()
         self._config_path = config_path
         self._factory_for = factory_for
-        self._started_at = time.monotonic()
         self._next_watchdog = 0.0
         self._stall_logged = False
         self._next_status = 0.0
@@ -178,11 +158,9 @@ class Daemon:
         self._commands: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
             queue.SimpleQueue()
         )
-        self._pages_log: collections.deque[tuple[float, int]] = collections.deque(maxlen=100_000)
-        self._decoding: dict[str, float] = {}  # VLM decoding sums since start (the status API shows them)
-        # The highest GPU memory in use (device-wide) the VLM reported after a page since start.
-        self._gpu_memory_peak: int | None = None
-        self.recent_errors: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self._board = StatusBoard()
+        self.stats = self._board.stats
+        self.recent_errors = self._board.recent_errors
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
         self._next_review_check = 0.0
@@ -202,11 +180,12 @@ class Daemon:
         # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
         # every job may try the VLM again).
         self._vlm_breaker = VlmBreaker()
-        self.stats = DaemonStats()
         self.engine_description: dict[str, Any] = {}
         self.ready = threading.Event()
         self._lock_handle: TextIO | None = None
-        self._filing: Filing  # with the journal, at start
+        # Collaborators, made at start once the journal they share is open.
+        self._filing: Filing
+        self._review: ReviewDesk
 
     @property
     def journal(self) -> Journal:
@@ -228,6 +207,9 @@ class Daemon:
         self._take_instance_lock()
         self._journal = Journal(self._journal_path, max_attempts=self._config.jobs.max_attempts)
         self._filing = Filing(self._config, self._journal, self.recent_errors)
+        self._review = ReviewDesk(
+            self._journal, self._filing, self._site_dictionary, self.stats, self._append_audit
+        )
         for job in self.journal.recover():
             log.warning("job %s (%s) was running when the daemon stopped: %s", job.id, job.name, job.state)
             if job.state is JobState.FAILED:
@@ -285,18 +267,11 @@ class Daemon:
 
     def status_line(self) -> str:
         """The short line systemd shows in `systemctl status` (STATUS=)."""
-        counts = self.journal.counts()
-        if self.state is not DaemonState.RUNNING:
-            state = self.state.value
-        elif self.stats.intake_paused:
-            state = "paused (disk low)"
-        else:
-            state = "busy" if self._jobs_by_worker else "idle"
-        elapsed = max(time.monotonic() - self._started_at, 1e-9)
-        return (
-            f"{state}; {counts[JobState.QUEUED]} queued, {counts[JobState.RUNNING]} running; "
-            f"{self.stats.done} done, {self.stats.failed} failed since start; "
-            f"{sum(worker.pages_done for worker in self._workers) / elapsed * 60:.1f} pages/min"
+        return self._board.line(
+            self.state,
+            self.journal.counts(),
+            busy=bool(self._jobs_by_worker),
+            pages_done=sum(worker.pages_done for worker in self._workers),
         )
 
     def workers_progressing(self) -> bool:
@@ -365,7 +340,7 @@ class Daemon:
                     log.info("drained: every running job has finished")
                     break
                 if now >= self._next_review_check:
-                    self._check_reviews()
+                    self._review.check_corrections()
                     self._next_review_check = now + _REVIEW_CHECK_SECONDS
                 self._heartbeat()
                 self._wait_for_work(stop)
@@ -393,7 +368,7 @@ class Daemon:
             self.last_reload_error = message
             # `systemctl reload` cannot tell its caller; `ocr-appliance status` shows it here.
             kept = f"reload failed, running configuration kept: {message}"
-            self.recent_errors.append({"at": time.time(), "job_id": "", "message": kept})
+            self._board.error("", kept)
             log.error(
                 "reload failed, keeping the running configuration: %s", message, extra=event("reload_failed")
             )
@@ -580,7 +555,7 @@ class Daemon:
         """An unexpected error on a file in a hot folder: said, and the file moved to failed/ with it."""
         message = f"{type(error).__name__}: {error}"
         log.error("unexpected error on %s: %s", path, message, exc_info=error)
-        self.recent_errors.append({"at": time.time(), "job_id": "", "message": display(f"{path}: {message}")})
+        self._board.error("", display(f"{path}: {message}"))
         state.tracker.forget(path)
         state.last_check.pop(path, None)
         try:
@@ -734,7 +709,7 @@ class Daemon:
             return
         message = f"cannot {doing} {path}: {reason}; it stays in the hot folder and is tried again"
         log.error("%s", message)
-        self.recent_errors.append({"at": time.time(), "job_id": "", "message": message})
+        self._board.error("", message)
 
     def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
         return self.journal.add(
@@ -888,13 +863,9 @@ class Daemon:
             return
         if outcome.failure is None:
             confidence = "n/a" if outcome.confidence is None else f"{outcome.confidence:.3f}"
-            self._pages_log.append((time.monotonic(), outcome.pages))
-            for key, value in outcome.decoding.items():
-                self._decoding[key] = self._decoding.get(key, 0.0) + value
-            if outcome.gpu_memory_used_bytes is not None:
-                self._gpu_memory_peak = max(self._gpu_memory_peak or 0, outcome.gpu_memory_used_bytes)
+            self._board.record_read(outcome.pages, outcome.decoding, outcome.gpu_memory_used_bytes)
             if outcome.route == "review":
-                self._to_review(job, outcome, confidence)
+                self._review.send(job, outcome.reasons, outcome.outputs, outcome.audit, confidence)
                 return
             outputs = dict(outcome.outputs)
             original = self._filing.archive_target(job)
@@ -940,7 +911,7 @@ class Daemon:
         else:
             updated = self.journal.finish(job.id, JobState.FAILED, f"{outcome.failure}: {outcome.message}")
         self.stats.failed += 1
-        self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": updated.reason or ""})
+        self._board.error(job.id, updated.reason or "")
         log.error(
             "failed %s: %s",
             job.relative_path,
@@ -953,7 +924,7 @@ class Daemon:
         """An unexpected error while finishing a job: said, and the job failed with it if still open."""
         message = f"{type(error).__name__}: {error}"
         log.error("job %s (%s): unexpected error: %s", job.id, job.relative_path, message, exc_info=error)
-        self.recent_errors.append({"at": time.time(), "job_id": job.id, "message": display(message)})
+        self._board.error(job.id, display(message))
         try:
             current = self.journal.get(job.id)
             if current is None or current.state not in (JobState.QUEUED, JobState.RUNNING):
@@ -974,117 +945,14 @@ class Daemon:
         except Exception:  # the audit log must not stop reading; say so loudly
             log.exception("cannot append to the audit log %s", self._audit.path)
 
-    def _to_review(self, job: Job, outcome: JobOutcome, confidence: str) -> None:
-        reasons = "; ".join(outcome.reasons)
-        self.journal.finish(job.id, JobState.REVIEW, f"review: {reasons}", outcome.outputs)
-        self._append_audit(outcome.audit)
-        self.stats.review += 1
-        log.warning(
-            "review %s: %s (confidence %s)",
-            job.relative_path,
-            reasons,
-            confidence,
-            extra=event("job_done", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="route", ROUTE="review"),
-        )
-
     # -- review -------------------------------------------------------------------------------------
 
     def review_items(self) -> list[ReviewItem]:
-        items = []
-        for job in self.journal.jobs(JobState.REVIEW, limit=1000):
-            folder = Path(job.outputs["json"]).parent if "json" in job.outputs else None
-            reasons: list[str] = []
-            fields: dict[str, Any] = {}
-            if folder is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    reasons = json.loads((folder / REASONS_FILE).read_text(encoding="utf-8"))["reasons"]
-                with contextlib.suppress(OSError, ValueError):
-                    fields = json.loads(Path(job.outputs["json"]).read_text(encoding="utf-8")).get(
-                        "fields", {}
-                    )
-            items.append(ReviewItem(job, str(folder or ""), reasons, fields))
-        return items
-
-    def _check_reviews(self) -> None:
-        """Resolve reviews whose folder received a corrected.json."""
-        for job in self.journal.jobs(JobState.REVIEW, limit=1000):
-            if "json" not in job.outputs:
-                continue
-            corrected = Path(job.outputs["json"]).parent / CORRECTED_FILE
-            if not corrected.exists():
-                continue
-            try:
-                correction = parse_correction(json.loads(corrected.read_text(encoding="utf-8")))
-                self.resolve_review(job.id, correction.get("fields", {}), correction.get("text"))
-            except (ValueError, ControlError) as error:
-                try:
-                    rejected = corrected.with_name(CORRECTED_FILE + ".rejected")
-                    corrected.replace(rejected)
-                    write_atomic(rejected.with_name("rejected.txt"), f"{error}\n".encode())
-                    log.error("correction for %s refused: %s", job.relative_path, error)
-                except OSError:
-                    log.exception(
-                        "correction for %s refused (%s), and cannot say so in its folder", job.id, error
-                    )
-            except Exception:  # one review's fault must not stop the daemon
-                log.exception("cannot resolve the review of job %s (%s)", job.id, job.relative_path)
+        return self._review.items()
 
     def resolve_review(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
         """Complete a reviewed document with the reviewer's corrections; results go to the output folder."""
-        job = self.journal.get(job_id)
-        if job is None:
-            raise NotFoundError(f"no job {job_id!r}")
-        if job.state is not JobState.REVIEW:
-            raise FailedPreconditionError(f"job {job_id} is {job.state}, not waiting for review")
-        folder_config = self._filing.folder_for(job.source_folder)
-        if folder_config is None or "json" not in job.outputs:
-            raise FailedPreconditionError(f"job {job_id} has no reviewable result (its hot folder is gone)")
-        review_json = Path(job.outputs["json"])
-        result = json.loads(review_json.read_text(encoding="utf-8"))
-        try:
-            corrected = apply_correction(result, fields, text)
-        except ValueError as error:
-            raise InvalidArgumentError(str(error)) from None
-        output_dir, stem = self._filing.output_location(job, folder_config)
-        targets = output_paths(output_dir, stem, [fmt for fmt in job.outputs if fmt != "original"])
-        outputs: dict[str, str] = {}
-        for fmt, target in targets.items():
-            source = Path(job.outputs[fmt])
-            data = (
-                (json.dumps(corrected, ensure_ascii=False, indent=1) + "\n").encode()
-                if fmt == "json"
-                else (corrected["text"] + "\n").encode()
-                if fmt == "text" and text is not None
-                else source.read_bytes()
-            )
-            write_atomic(target, data, self._filing.output_mode)
-            self._filing.apply_group(target)
-            outputs[fmt] = str(target)
-        self._site_dictionary.learn(result, fields)
-        original = self._filing.archive_target(job)
-        if original is not None:
-            outputs["original"] = str(original)
-        finished = self.journal.finish(
-            job_id, JobState.DONE, f"review resolved: {len(fields)} field(s) corrected", outputs
-        )
-        self._append_audit(
-            {
-                "job_id": job_id,
-                "document": {"name": job.name, "sha256": job.sha256},
-                "route": "review",
-                "resolution": "done",
-                "corrected_fields": dict(fields),
-                "text_corrected": text is not None,
-                "outputs": outputs,
-            }
-        )
-        self._filing.settle_finished(finished)
-        shutil.rmtree(review_json.parent, ignore_errors=True)
-        self.stats.done += 1
-        log.info(
-            "review of %s resolved", job.relative_path, extra=event("job_done", JOB_ID=job_id, ROUTE="done")
-        )
-        return finished
+        return self._review.resolve(job_id, fields, text)
 
     # -- control (run on the loop through call_soon) ------------------------------------------------
 
@@ -1186,61 +1054,22 @@ class Daemon:
         return job
 
     def snapshot_status(self) -> Status:
-        counts = self.journal.counts()
-        now = time.monotonic()
-        rates = {}
-        for label, window in (("1m", 60.0), ("5m", 300.0), ("15m", 900.0)):
-            pages = sum(count for at, count in self._pages_log if now - at <= window)
-            rates[label] = pages / min(window, max(now - self._started_at, 1e-9))
-        engine = self.engine_description
-        return Status(
-            version=__version__,
-            uptime_seconds=now - self._started_at,
+        return self._board.snapshot(
             state=self.state,
-            intake_paused_for_disk=self.stats.intake_paused,
-            engines=[EngineStatus(str(engine.get("name", "")), list(engine.get("models", [])))]
-            if engine
-            else [],
+            counts=self.journal.counts(),
+            engine=self.engine_description,
             workers=len(self._workers),
             workers_busy=len(self._jobs_by_worker),
-            queue={state.value: count for state, count in counts.items()},
-            pages_per_second=rates,
-            gpu_memory_used_bytes=self._gpu_memory_peak,
-            gpu_memory_budget_bytes=self._gpu_memory_budget(),
-            recent_errors=list(self.recent_errors),
-            vlm_decoding=dict(self._decoding),
+            gpu_memory_budget_bytes=gpu_memory_budget(self._config, self.engine_description),
             vlm_disabled=self._vlm_breaker.disabled,
         )
 
-    def _gpu_memory_budget(self) -> int | None:
-        """The VLM's configured VRAM budget, when it runs on a GPU (its description reports GPU memory).
-
-        The whole budget, not a worker's share of it: the used figure beside it is the device's.
-        """
-        vlm_config = self._config.engine.vlm_gguf
-        vlm = self.engine_description.get("vlm") or {}
-        if vlm_config is None or not vlm.get("gpu_memory"):
-            return None
-        return vlm_config.vram_budget_mb * 2**20
-
     def metrics(self) -> dict[str, float]:
-        counts = self.journal.counts()
-        return {
-            "uptime_seconds": time.monotonic() - self._started_at,
-            "claimed_total": float(self.stats.claimed),
-            "done_total": float(self.stats.done),
-            "failed_total": float(self.stats.failed),
-            "review_total": float(self.stats.review),
-            "audited_total": float(self.stats.audited),
-            "duplicates_total": float(self.stats.duplicates),
-            "worker_restarts_total": float(self.stats.worker_restarts),
-            "watchdog_pings_total": float(self.watchdog_pings),
-            "pages_total": float(sum(count for _, count in self._pages_log)),
-            "intake_paused": float(self.stats.intake_paused),
-            "intake_unclaimable": float(sum(len(state.unclaimable) for state in self._folders.values())),
-            **{f"jobs_{state.value}": float(count) for state, count in counts.items()},
-            **{f"vlm_{key}_total": value for key, value in self._decoding.items()},
-        }
+        return self._board.metrics(
+            self.journal.counts(),
+            self.watchdog_pings,
+            sum(len(state.unclaimable) for state in self._folders.values()),
+        )
 
     def _prune(self) -> None:
         removed = self.journal.prune(self._config.jobs.retention_days * 86400)
