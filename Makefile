@@ -122,10 +122,10 @@ install: install-venv install-files
 # The program: its own virtual environment under $(INSTALL_LIBDIR), linked into $(INSTALL_BINDIR).
 # Made with the system's interpreter, not the first python3 on the PATH: a pyenv or conda one under
 # /root or /home cannot be executed by the unit (ProtectHome=yes), which then fails with 203/EXEC.
-# Debian's /usr/bin/python3 needs python3-venv for `-m venv`.
+# Debian's /usr/bin/python3 needs python3-venv for `-m venv` and python3-dev to build systemd-python.
 INSTALL_PYTHON ?= /usr/bin/python3
 install-venv:
-	@./scripts/apt-ensure $(APT_BUILD) python3-venv
+	@./scripts/apt-ensure $(APT_BUILD) python3-venv python3-dev
 	$(INSTALL_PYTHON) -m venv $(DESTDIR)$(INSTALL_LIBDIR)/venv
 	./scripts/check-venv-interpreter $(DESTDIR)$(INSTALL_LIBDIR)/venv
 	$(DESTDIR)$(INSTALL_LIBDIR)/venv/bin/python -m pip install --quiet --upgrade pip==26.3

@@ -26,9 +26,8 @@ from pathlib import Path
 SUITE = "bookworm"
 # systemd as PID 1 and its bus; python3 for the system interpreter `make install` builds the venv
 # with; what the Makefile's install-venv needs to build systemd-python (APT_BUILD, python3-venv) is
-# included so that a cached root file system installs without apt, though apt-ensure would add it.
-# python3-dev (Python.h, which systemd-python's C extension includes) is not among the packages
-# install-venv ensures, so a fresh Debian box needs it first.
+# included so that a cached root file system installs without apt, though apt-ensure would add it
+# (python3-dev among them: Python.h, which systemd-python's C extension includes).
 PACKAGES = (
     "systemd",
     "systemd-sysv",
