@@ -1,8 +1,8 @@
 """The daemon: hot folders in, the journal in the middle, worker processes reading, results out.
 
-`Daemon` keeps the loop, start and stop, reload, hot-folder intake, and dispatching jobs to the
-worker pool; filing results and originals (filing.py), the review desk (review_desk.py) and the
-status (status.py) are collaborators it wires together.
+`Daemon` conducts: it keeps the loop, start and stop, reload, and dispatching jobs to the worker
+pool; hot-folder intake (intake/hot_folders.py), filing results and originals (filing.py), the
+review desk (review_desk.py) and the status (status.py) are collaborators it wires together.
 
 One thread owns the journal and every decision; watchdog's observer threads only forward events
 into a queue, and engines run in worker subprocesses. Every file goes through the same steps:
@@ -15,7 +15,6 @@ reading one twice.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import fcntl
 import grp
 import json
@@ -27,12 +26,8 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers.api import BaseObserver
 
 from appliance.audit import AuditLog
 from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
@@ -45,13 +40,9 @@ from appliance.control import (
     Status,
 )
 from appliance.errors import ConfigError, FailureReason
-from appliance.filing import Filing, reason_path
-from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
-from appliance.intake.completeness import check_complete
-from appliance.intake.filtering import is_candidate
-from appliance.intake.lease import WriterActiveError
-from appliance.intake.stability import FileStabilityTracker
-from appliance.intake.watch import make_observer, reports_writer_closes
+from appliance.filing import Filing
+from appliance.intake.claim import Claimed
+from appliance.intake.hot_folders import HotFolders
 from appliance.journal import Job, JobState, Journal
 from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
@@ -69,68 +60,6 @@ _PRUNE_EVERY_SECONDS = 3600.0
 _STOP_GRACE_SECONDS = 30.0
 _WORKER_START_SECONDS = 300.0
 _REVIEW_CHECK_SECONDS = 2.0
-# A file that cannot be claimed (permissions, a full spool, an I/O error) is tried again at later
-# rescans, no sooner than this, doubling up to the cap: a lasting fault is not hammered every tick.
-_CLAIM_RETRY_SECONDS = 30.0
-_CLAIM_RETRY_MAX_SECONDS = 3600.0
-
-
-class _EventForwarder(FileSystemEventHandler):
-    """Forwards watchdog events to the daemon's thread; does no work on the observer's thread."""
-
-    def __init__(
-        self,
-        folder: HotFolderConfig,
-        events: queue.SimpleQueue[tuple[HotFolderConfig, Path]],
-        writes: queue.SimpleQueue[tuple[HotFolderConfig, Path, bool]] | None = None,
-    ) -> None:
-        self._folder = folder
-        self._events = events
-        self._writes = writes  # (folder, path, closed) for a write or a writer's close, where seen
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory:
-            if event.event_type in ("created", "moved"):
-                # A folder moved in whole brings files no event will mention: scan it.
-                target = getattr(event, "dest_path", "") or event.src_path
-                self._events.put((self._folder, Path(str(target))))
-            return
-        target = getattr(event, "dest_path", "") or event.src_path
-        # os.fsdecode: a name that is not UTF-8 must reach intake (as surrogate escapes), not raise here.
-        path = Path(os.fsdecode(target))
-        if self._writes is not None and event.event_type in ("modified", "closed"):
-            self._writes.put((self._folder, path, event.event_type == "closed"))
-        self._events.put((self._folder, path))
-
-
-def _tracker(config: AppConfig) -> FileStabilityTracker:
-    # A file marked as being written whose close was never seen settles after the time an
-    # incomplete file is reported after: by then it is looked at, written or not.
-    return FileStabilityTracker(
-        config.intake.settle_seconds, writer_grace_seconds=config.intake.incomplete_timeout_seconds
-    )
-
-
-@dataclass
-class _ClaimFailure:
-    """A file that could not be claimed: said once per reason, then retried with a growing delay."""
-
-    reason: str
-    failures: int
-    next_try: float
-
-
-@dataclass
-class _FolderState:
-    config: HotFolderConfig
-    tracker: FileStabilityTracker
-    observer: BaseObserver | None = None
-    refused: set[Path] = field(default_factory=set)
-    incomplete_reported: dict[Path, tuple[int, int]] = field(default_factory=dict)
-    last_check: dict[Path, float] = field(default_factory=dict)
-    unclaimable: dict[Path, _ClaimFailure] = field(default_factory=dict)
-    writer_open: set[Path] = field(default_factory=set)
-    writer_check_noted: bool = False
 
 
 class Daemon:
@@ -169,9 +98,6 @@ class Daemon:
         self._spool = state_dir / "spool"
         self._journal_path = state_dir / "journal.sqlite3"
         self._journal: Journal | None = None
-        self._events: queue.SimpleQueue[tuple[HotFolderConfig, Path]] = queue.SimpleQueue()
-        self._writes: queue.SimpleQueue[tuple[HotFolderConfig, Path, bool]] = queue.SimpleQueue()
-        self._folders = {folder.path: _FolderState(folder, _tracker(config)) for folder in config.hot_folders}
         self._workers = [
             Worker(f"ocr-worker-{index}", engine_factory, config.rasterize)
             for index in range(config.jobs.workers)
@@ -186,6 +112,7 @@ class Daemon:
         # Collaborators, made at start once the journal they share is open.
         self._filing: Filing
         self._review: ReviewDesk
+        self._hot_folders: HotFolders
 
     @property
     def journal(self) -> Journal:
@@ -214,22 +141,29 @@ class Daemon:
             log.warning("job %s (%s) was running when the daemon stopped: %s", job.id, job.name, job.state)
             if job.state is JobState.FAILED:
                 self._filing.settle_finished(job)
-        self._reconcile_spool()
+        self._hot_folders = HotFolders(
+            self._config,
+            self._spool,
+            self._filing,
+            self.stats,
+            on_claimed=self._claimed,
+            report_error=lambda message: self._board.error("", message),
+        )
+        self._hot_folders.reconcile_spool(
+            self._settle_spooled,
+            self._filing.folder_for,
+            lambda orphan, folder: self._journal_add(orphan, folder).id,
+        )
         for worker in self._workers:
             # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
             self._notifier.extend_timeout(_WORKER_START_SECONDS)
             worker.start(timeout=_WORKER_START_SECONDS)
         self.engine_description = self._workers[0].description
-        for state in self._folders.values():
-            observer = make_observer(state.config.path, state.config.watch, self._config.intake.poll_seconds)
-            observer.schedule(self._forwarder(state.config, observer), str(state.config.path), recursive=True)
-            observer.start()
-            state.observer = observer
-        self._rescan()
+        self._hot_folders.start()
         self.ready.set()
         log.info(
             "ready: watching %s with %d worker(s)",
-            ", ".join(str(path) for path in self._folders) or "nothing",
+            ", ".join(str(path) for path in self._hot_folders.paths) or "nothing",
             len(self._workers),
             extra=event("started", MODEL_ID=self._model_ids()),
         )
@@ -319,10 +253,10 @@ class Daemon:
         next_prune = time.monotonic()
         try:
             while not stop.is_set():
-                self._drain_events()
+                self._hot_folders.drain_events()
                 now = time.monotonic()
                 if now >= next_rescan:
-                    self._rescan()  # safety net for events lost on network mounts or under load
+                    self._hot_folders.rescan()  # safety net for events lost on network mounts or under load
                     next_rescan = now + self._config.intake.rescan_seconds
                 if now >= next_prune:
                     self._prune()
@@ -332,7 +266,7 @@ class Daemon:
                     self.reload()
                 self._run_commands()
                 if self.state is DaemonState.RUNNING:
-                    self._intake()
+                    self._hot_folders.intake()
                 self._collect()
                 if self.state is DaemonState.RUNNING:
                     self._dispatch()
@@ -375,9 +309,9 @@ class Daemon:
             self._notifier.ready(self.status_line())
             return False
         old, self._config = self._config, new
-        self._apply_folders(old, new)
+        self._filing.reconfigure(new)  # first: jobs from a folder a reload removed still finish
+        self._hot_folders.reconfigure(new)
         self.journal.max_attempts = new.jobs.max_attempts
-        self._filing.reconfigure(new)
         logging.getLogger().setLevel(new.logging.level)
         if (new.engine, new.rasterize) != (old.engine, old.rasterize):
             if self._factory_for is None:
@@ -401,29 +335,6 @@ class Daemon:
         self._notifier.ready(self.status_line())
         return True
 
-    def _apply_folders(self, old: AppConfig, new: AppConfig) -> None:
-        wanted = {folder.path: folder for folder in new.hot_folders}
-        for path in list(self._folders):
-            if path not in wanted or wanted[path] != self._folders[path].config:
-                state = self._folders.pop(path)
-                if state.observer is not None:
-                    state.observer.stop()
-                    state.observer.join(timeout=5)
-        for path, folder in wanted.items():
-            for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
-                directory.mkdir(parents=True, exist_ok=True)
-            if path not in self._folders:
-                state = _FolderState(folder, _tracker(new))
-                observer = make_observer(folder.path, folder.watch, new.intake.poll_seconds)
-                observer.schedule(self._forwarder(folder, observer), str(folder.path), recursive=True)
-                observer.start()
-                state.observer = observer
-                self._folders[path] = state
-            else:
-                self._folders[path].tracker.settle_seconds = new.intake.settle_seconds
-                self._folders[path].tracker.writer_grace_seconds = new.intake.incomplete_timeout_seconds
-        self._rescan()
-
     def _wait_for_work(self, stop: threading.Event) -> None:
         """Sleep one tick, waking as soon as a worker reports, so throughput is not tick-bound."""
         pipes = [
@@ -437,9 +348,7 @@ class Daemon:
     def _shutdown(self) -> None:
         self.state = DaemonState.STOPPING
         self._notifier.stopping()
-        for state in self._folders.values():
-            if state.observer is not None:
-                state.observer.stop()
+        self._hot_folders.stop()
         busy = [worker for worker in self._workers if worker.busy]
         for worker in busy:
             worker.request_stop()  # the worker stops between pages and reports the job interrupted
@@ -453,9 +362,7 @@ class Daemon:
                 worker.kill()
                 self.journal.release(job.id, "daemon stopped while the job was running")
             worker.shutdown()
-        for state in self._folders.values():
-            if state.observer is not None:
-                state.observer.join(timeout=5)
+        self._hot_folders.join()
         self._fail_pending_commands()
         if self._journal is not None:
             self._journal.close()
@@ -469,207 +376,26 @@ class Daemon:
             extra=event("stopped"),
         )
 
-    # -- intake ---------------------------------------------------------------------------------
-
-    def _rescan(self) -> None:
-        for state in self._folders.values():
-            state.refused.clear()  # say it again if still refused: the log should show it persists
-            for path in sorted(state.config.path.rglob("*")):
-                self._events.put((state.config, path))
-
-    def _forwarder(self, folder: HotFolderConfig, observer: BaseObserver) -> _EventForwarder:
-        """Events of `folder` to this thread; writes and closes too where the observer reports them."""
-        writes = self._writes if reports_writer_closes(observer) else None
-        return _EventForwarder(folder, self._events, writes)
-
-    def _drain_writes(self) -> None:
-        """Tell the trackers which files a writer changed, and which it closed, in the order seen."""
-        while True:
-            try:
-                folder, path, closed = self._writes.get_nowait()
-            except queue.Empty:
-                return
-            state = self._folders.get(folder.path)
-            if state is None or not is_candidate(path, folder.path, folder.ignore)[0]:
-                continue
-            if closed:
-                state.tracker.closed_after_write(path)
-            else:
-                state.tracker.written(path)
-
-    def _drain_events(self) -> None:
-        self._drain_writes()
-        while True:
-            try:
-                folder, path = self._events.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                if path.is_dir() and not path.is_symlink():
-                    for child in sorted(path.rglob("*")):
-                        self._observe(folder, child)
-                else:
-                    self._observe(folder, path)
-            except Exception:  # one path's fault must not stop the daemon
-                log.exception("cannot look at %s", path)
-
-    def _observe(self, folder: HotFolderConfig, path: Path) -> None:
-        state = self._folders[folder.path]
-        ok, reason = is_candidate(path, folder.path, folder.ignore)
-        if not ok:
-            state.tracker.forget(path)
-            if reason and path not in state.refused:
-                state.refused.add(path)
-                log.warning("refused %s: %s", path, reason)
-            return
-        state.tracker.observe(path)
-
-    def _disk_is_low(self) -> bool:
-        """Whether free space is under the watermark where claims, results or archives would land."""
-        limit = self._config.intake.min_free_mb * 1024 * 1024
-        places = {self._spool} | {folder.output_dir for folder in self._config.hot_folders}
-        low = [place for place in places if shutil.disk_usage(place).free < limit]
-        if low and not self.stats.intake_paused:
-            log.warning(
-                "intake paused: less than %.0f MB free on %s; files wait in the hot folders",
-                self._config.intake.min_free_mb,
-                ", ".join(map(str, low)),
-                extra=event("intake_paused"),
-            )
-        elif not low and self.stats.intake_paused:
-            log.info("intake resumed: disk space is back above the watermark")
-        self.stats.intake_paused = bool(low)
-        return bool(low)
-
-    def _intake(self) -> None:
-        if self._disk_is_low():
-            return
-        for state in self._folders.values():
-            for path in state.tracker.settled():
-                try:
-                    self._consider(state, path)
-                except Exception as error:  # one file's fault must cost that file, not the daemon
-                    self._file_fault(state, path, error)
-
-    def _file_fault(self, state: _FolderState, path: Path, error: Exception) -> None:
-        """An unexpected error on a file in a hot folder: said, and the file moved to failed/ with it."""
-        message = f"{type(error).__name__}: {error}"
-        log.error("unexpected error on %s: %s", path, message, exc_info=error)
-        self._board.error("", display(f"{path}: {message}"))
-        state.tracker.forget(path)
-        state.last_check.pop(path, None)
-        try:
-            if path.is_symlink() or not path.is_file():
-                return  # claimed or gone already: the spool and the journal account for it
-            self._filing.fail_file(path, state.config, FailureReason.INTERNAL, message)
-        except Exception:
-            log.exception(
-                "cannot move %s to %s either; it stays in the hot folder", path, state.config.failed_dir
-            )
-            state.refused.add(path)
-            return
-        self.stats.failed += 1
-
-    def _consider(self, state: _FolderState, path: Path) -> None:
-        """A settled file: claim it if complete; otherwise wait, and report it after the timeout."""
-        now = time.monotonic()
-        if now - state.last_check.get(path, 0.0) < max(self._config.intake.settle_seconds, 0.5):
-            return  # checked a moment ago and unchanged since: do not re-read its tail every tick
-        failure = state.unclaimable.get(path)
-        if failure is not None and now < failure.next_try:
-            state.tracker.forget(path)  # backing off; a later rescan (or event) brings it back
-            state.last_check.pop(path, None)
-            return
-        state.last_check[path] = now
-        try:
-            result = check_complete(path)
-        except FileNotFoundError:
-            self._forget_candidate(state, path)  # vanished; a later event brings it back if it returns
-            return
-        except OSError as error:
-            # Unreadable (permissions, I/O error on a share): left where it is, said once, shown in
-            # the status, and tried again at later rescans in case someone fixes it.
-            state.tracker.forget(path)
-            state.last_check.pop(path, None)
-            self._claim_failed(state, path, error, now, doing="read")
-            return
-        if not result.complete:
-            waited = now - (state.tracker.waiting_since(path) or now)
-            if waited >= self._config.intake.incomplete_timeout_seconds:
-                self._report_incomplete(state, path, result.reason or "incomplete", result.failure)
-            return
-        self._claim(state, path)
-
-    def _report_incomplete(
-        self, state: _FolderState, path: Path, reason: str, failure: FailureReason = FailureReason.INCOMPLETE
-    ) -> None:
-        """Write a reason file once per version of the file; the file stays where it is.
-
-        It is not moved: a scanner may still hold it open, and moving it would break the upload.
-        If it changes later it goes through settling again and is claimed once complete.
-        """
-        info = path.stat()
-        version = (info.st_size, info.st_mtime_ns)
-        if state.incomplete_reported.get(path) == version:
-            return
-        state.incomplete_reported[path] = version
-        relative = path.relative_to(state.config.path)
-        log.error(
-            "%s is still %s after %.0f s: %s",
-            relative,
-            failure.value,
-            self._config.intake.incomplete_timeout_seconds,
-            reason,
+    def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
+        return self.journal.add(
+            sha256=claimed.sha256,
+            source_folder=claimed.source_folder,
+            relative_path=claimed.relative_path,
+            name=Path(claimed.relative_path).name,
+            size=claimed.size,
+            spool_path=str(claimed.spool_path),
+            profile=folder.profile,
+            priority=self._config.profiles[folder.profile].priority,
         )
-        self._filing.write_reason_logged(state.config.failed_dir / relative, relative, failure, reason)
 
-    def _claim(self, state: _FolderState, path: Path) -> None:
-        """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
-        now = time.monotonic()
-        failure = state.unclaimable.get(path)
-        try:
-            claimed = claim(path, state.config.path, self._spool)
-        except WriterActiveError:
-            # Still being written (a scanner adding pages): keep tracking it; tried again after the
-            # settle time, and at once claimed after the writer closes it.
-            if path not in state.writer_open:
-                state.writer_open.add(path)
-                log.info("%s is still open for writing by another process: waiting", path)
-            return
-        except ClaimChangedError as error:
-            log.warning("%s; it settles again", error)
-            state.tracker.forget(path)
-            state.last_check.pop(path, None)
-            state.tracker.observe(path)  # restarts its settle time
-            return
-        except FileNotFoundError:
-            self._forget_candidate(state, path)
-            return  # vanished between the check and the claim: nothing to do
-        except OSError as error:
-            state.tracker.forget(path)
-            state.last_check.pop(path, None)
-            self._claim_failed(state, path, error, now)
-            return
-        self._forget_candidate(state, path)
-        if failure is not None:
-            log.info("claimed %s after %d failed attempt(s)", path, failure.failures)
-        if claimed.writer_check_unavailable and not state.writer_check_noted:
-            state.writer_check_noted = True  # once per folder: it holds for every file there
-            log.warning(
-                "%s: cannot ask the kernel whether a file is still open for writing (%s); claims "
-                "there rest on the settle time and the format check",
-                state.config.path,
-                claimed.writer_check_unavailable,
-            )
+    # -- intake: the hot folders hand each claim here --------------------------------------------------
+
+    def _claimed(self, claimed: Claimed, folder: HotFolderConfig) -> None:
+        """Journal a file intake claimed; its earlier result is issued again if it is a duplicate."""
         relative = Path(claimed.relative_path)
-        stale_reason = reason_path(state.config.failed_dir / relative)
-        if state.incomplete_reported.pop(path, None) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                stale_reason.unlink()  # it completed after all
-        self.stats.claimed += 1
         self._next_status = 0.0
         try:
-            job = self._journal_add(claimed, state.config)
+            job = self._journal_add(claimed, folder)
         except Exception:
             # The claim record in the spool lets the next start queue it (an orphan), as after a crash.
             log.exception("claimed %s but cannot journal it; it is queued at the next start", relative)
@@ -688,79 +414,14 @@ class Daemon:
         except Exception:  # the job stays queued and is read like any other
             log.exception("cannot issue the earlier result for %s again; it is read instead", relative)
 
-    def _forget_candidate(self, state: _FolderState, path: Path) -> None:
-        state.tracker.forget(path)
-        state.last_check.pop(path, None)
-        state.writer_open.discard(path)
-        state.unclaimable.pop(path, None)
-
-    def _claim_failed(
-        self, state: _FolderState, path: Path, error: OSError, now: float, doing: str = "claim"
-    ) -> None:
-        """Say why once (again only if the reason changes), show it in the status, back off."""
-        reason = f"{error.strerror or error}" if error.errno else str(error)
-        for gone in [known for known in state.unclaimable if not known.exists()]:
-            del state.unclaimable[gone]  # removed by someone: nothing left to report
-        earlier = state.unclaimable.get(path)
-        failures = 1 if earlier is None else earlier.failures + 1
-        delay = min(_CLAIM_RETRY_SECONDS * 2 ** (failures - 1), _CLAIM_RETRY_MAX_SECONDS)
-        state.unclaimable[path] = _ClaimFailure(reason, failures, now + delay)
-        if earlier is not None and earlier.reason == reason:
-            return
-        message = f"cannot {doing} {path}: {reason}; it stays in the hot folder and is tried again"
-        log.error("%s", message)
-        self._board.error("", message)
-
-    def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
-        return self.journal.add(
-            sha256=claimed.sha256,
-            source_folder=claimed.source_folder,
-            relative_path=claimed.relative_path,
-            name=Path(claimed.relative_path).name,
-            size=claimed.size,
-            spool_path=str(claimed.spool_path),
-            profile=folder.profile,
-            priority=self._config.profiles[folder.profile].priority,
-        )
-
-    def _reconcile_spool(self) -> None:
-        """Queue claimed files the journal never heard of; finish archiving finished jobs' files."""
-        known: set[str] = set()
-        for job_dir in sorted(self._spool.iterdir()) if self._spool.is_dir() else []:
-            try:
-                for path in job_dir.iterdir():
-                    job = self.journal.find_by_spool_path(str(path))
-                    if job is None:
-                        continue
-                    known.add(str(path))
-                    if job.state in (JobState.DONE, JobState.FAILED):
-                        self._filing.settle_finished(job)  # a crash came between the journal and the archive
-            except Exception:  # one spool folder must not stop every start from here on
-                log.exception("cannot reconcile the spool folder %s; left as it is", job_dir)
-        try:
-            orphans = orphaned_claims(self._spool, known)
-        except Exception:
-            log.exception("cannot look for orphaned claims in %s", self._spool)
-            orphans = []
-        for orphan in orphans:
-            folder = self._filing.folder_for(orphan.source_folder)
-            if folder is None:
-                log.error(
-                    "spooled file %s came from %s, which is no longer configured; left in the spool",
-                    orphan.spool_path,
-                    orphan.source_folder,
-                )
-                continue
-            try:
-                job = self._journal_add(orphan, folder)
-            except Exception:
-                log.exception("cannot queue %s from the spool; left there", orphan.spool_path)
-                continue
-            log.warning(
-                "queued %s, claimed before a crash but never journalled, as job %s",
-                orphan.relative_path,
-                job.id,
-            )
+    def _settle_spooled(self, spool_file: Path) -> bool:
+        """Whether a job holds this spooled file; a finished job's is moved out of the spool."""
+        job = self.journal.find_by_spool_path(str(spool_file))
+        if job is None:
+            return False
+        if job.state in (JobState.DONE, JobState.FAILED):
+            self._filing.settle_finished(job)  # a crash came between the journal and the archive
+        return True
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -1068,7 +729,7 @@ class Daemon:
         return self._board.metrics(
             self.journal.counts(),
             self.watchdog_pings,
-            sum(len(state.unclaimable) for state in self._folders.values()),
+            self._hot_folders.unclaimable(),
         )
 
     def _prune(self) -> None:

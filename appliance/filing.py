@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import grp
 import json
 import logging
@@ -176,6 +177,11 @@ class Filing:
             self.write_reason(target, relative, reason, message, job)
         except Exception:
             log.exception("cannot write the reason file for %s (%s: %s)", target, reason.value, message)
+
+    def withdraw_reason(self, target: Path) -> None:
+        """Remove the reason file written for `target` (a file that was complete after all)."""
+        with contextlib.suppress(FileNotFoundError):
+            reason_path(target).unlink()
 
     def fail_file(self, path: Path, folder: HotFolderConfig, reason: FailureReason, message: str) -> Path:
         """Move a file of a hot folder to its failed/ folder, with its reason; a failed move raises."""

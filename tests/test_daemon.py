@@ -21,6 +21,7 @@ from appliance import daemon as daemon_module
 from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
 from appliance.daemon import Daemon
 from appliance.errors import ModelError
+from appliance.intake import hot_folders
 from appliance.intake.claim import claim
 from appliance.journal import JobState, Journal
 from appliance.workers import EngineFactory
@@ -362,14 +363,14 @@ def test_unreadable_file_is_logged_and_left_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Root reads any file, so the permission error is injected where the daemon first reads it."""
-    real_check = daemon_module.check_complete
+    real_check = hot_folders.check_complete
 
     def check(path: Path) -> Any:
         if path.name == "locked.png":
             raise PermissionError(13, "Permission denied", str(path))
         return real_check(path)
 
-    monkeypatch.setattr(daemon_module, "check_complete", check)
+    monkeypatch.setattr(hot_folders, "check_complete", check)
     caplog.set_level(logging.ERROR, logger="appliance.daemon")
     with Running(_config(tmp_path)) as running:
         (running.folders.inbox / "locked.png").write_bytes(png_bytes())

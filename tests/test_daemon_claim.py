@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 from PIL.TiffImagePlugin import AppendingTiffWriter
 
-from appliance import daemon as daemon_module
 from appliance.intake import claim as claim_module
+from appliance.intake import hot_folders
 from appliance.intake.claim import Claimed
 from appliance.intake.lease import ReadLease, WriterActiveError
 from appliance.intake.stability import FileStabilityTracker
@@ -68,7 +68,7 @@ def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
 ) -> None:
     """Permission denied on the move into the spool, or on reading the file at all (as a non-root service)."""
-    monkeypatch.setattr(daemon_module, "_CLAIM_RETRY_SECONDS", 0.1, raising=False)
+    monkeypatch.setattr(hot_folders, "_CLAIM_RETRY_SECONDS", 0.1, raising=False)
     config = _config(tmp_path, intake={"rescan_seconds": 0.2})
     inbox = config.hot_folders[0].path
     inbox.mkdir(parents=True)
@@ -77,7 +77,7 @@ def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
         tried = _rename_from(inbox, monkeypatch, lambda: errno.EACCES if denied[0] else None)
     else:
         tried = []
-        real_check = daemon_module.check_complete
+        real_check = hot_folders.check_complete
 
         def check_complete(path: Path) -> object:
             if path.parent == inbox and denied[0]:
@@ -85,7 +85,7 @@ def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
             return real_check(path)
 
-        monkeypatch.setattr(daemon_module, "check_complete", check_complete)
+        monkeypatch.setattr(hot_folders, "check_complete", check_complete)
     caplog.set_level(logging.ERROR, logger="appliance.daemon")
     with Running(config) as running:
         (inbox / "scan.png").write_bytes(png_bytes())
@@ -108,7 +108,7 @@ def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each page leaves a valid TIFF, and the writer pauses longer than the settle time between pages."""
-    real_claim = daemon_module.claim
+    real_claim = hot_folders.claim
     refused: list[float] = []
     claims: list[Claimed] = []
 
@@ -121,9 +121,9 @@ def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
         claims.append(claimed)
         return claimed
 
-    monkeypatch.setattr(daemon_module, "claim", claim)
+    monkeypatch.setattr(hot_folders, "claim", claim)
     # The lease alone: inotify's view of writes and closes (the other guard, below) switched off.
-    monkeypatch.setattr(daemon_module, "reports_writer_closes", lambda observer: False, raising=False)
+    monkeypatch.setattr(hot_folders, "reports_writer_closes", lambda observer: False, raising=False)
     config = _config(tmp_path)  # settle_seconds 0.3
     pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
     with Running(config) as running:
@@ -171,7 +171,7 @@ def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_close
         return result
 
     monkeypatch.setattr(FileStabilityTracker, "being_written", being_written, raising=False)
-    real_claim = daemon_module.claim
+    real_claim = hot_folders.claim
     claims: list[Claimed] = []
 
     def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
@@ -179,7 +179,7 @@ def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_close
         claims.append(claimed)
         return claimed
 
-    monkeypatch.setattr(daemon_module, "claim", claim)
+    monkeypatch.setattr(hot_folders, "claim", claim)
     pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
     with Running(_config(tmp_path)) as running:
         target = running.folders.inbox / "multi.tif"

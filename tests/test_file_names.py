@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance import daemon as daemon_module
 from appliance import filing
 from appliance.api import convert
 from appliance.control import DaemonState, Status
+from appliance.intake import hot_folders
 from appliance.intake.claim import claim
 from appliance.intake.filtering import is_candidate
 from appliance.journal import JobState, Journal
@@ -391,14 +391,14 @@ def test_a_fault_while_moving_to_failed_does_not_stop_the_daemon(
 def test_an_unexpected_error_on_a_file_in_the_hot_folder_fails_that_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_check = daemon_module.check_complete
+    real_check = hot_folders.check_complete
 
     def check(path: Path):  # type: ignore[no-untyped-def]
         if path.name == "trouble.png":
             raise RuntimeError("a bug in a format check")
         return real_check(path)
 
-    monkeypatch.setattr(daemon_module, "check_complete", check)
+    monkeypatch.setattr(hot_folders, "check_complete", check)
     with Running(_config(tmp_path)) as running:
         (running.folders.inbox / "trouble.png").write_bytes(png_bytes())
         reason_file = running.folders.failed / "trouble.png.error.json"
