@@ -443,7 +443,10 @@ class Daemon:
             folder = self._filing.folder_for(job.source_folder)
             if folder is None:
                 finished = self.journal.finish(
-                    job.id, JobState.FAILED, "its hot folder is no longer configured"
+                    job.id,
+                    JobState.FAILED,
+                    "its hot folder is no longer configured",
+                    failure=FailureReason.INTERNAL,
                 )
                 log.error("job %s: %s", job.id, finished.reason)
                 continue
@@ -570,7 +573,12 @@ class Daemon:
                 )
                 return
         else:
-            updated = self.journal.finish(job.id, JobState.FAILED, f"{outcome.failure}: {outcome.message}")
+            updated = self.journal.finish(
+                job.id,
+                JobState.FAILED,
+                f"{outcome.failure}: {outcome.message}",
+                failure=_failure_code(outcome.failure),
+            )
         self.stats.failed += 1
         self._board.error(job.id, updated.reason or "")
         log.error(
@@ -591,7 +599,10 @@ class Daemon:
             if current is None or current.state not in (JobState.QUEUED, JobState.RUNNING):
                 return
             failed = self.journal.finish(
-                job.id, JobState.FAILED, f"{FailureReason.INTERNAL.value}: {message}"
+                job.id,
+                JobState.FAILED,
+                f"{FailureReason.INTERNAL.value}: {message}",
+                failure=FailureReason.INTERNAL,
             )
             self.stats.failed += 1
             self._filing.settle_finished(failed)
@@ -740,6 +751,14 @@ class Daemon:
             log.info(
                 "pruned %d finished job(s) older than %g days", len(removed), self._config.jobs.retention_days
             )
+
+
+def _failure_code(value: str) -> FailureReason:
+    """A worker's failure code (a FailureReason value); one this version does not know is internal."""
+    try:
+        return FailureReason(value)
+    except ValueError:
+        return FailureReason.INTERNAL
 
 
 def _calls_vlm(profile: ProfileConfig) -> bool:

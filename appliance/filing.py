@@ -73,17 +73,6 @@ def move_file(source: Path, target: Path) -> Path:
     return target
 
 
-def failure_reason(journal_reason: str) -> FailureReason:
-    """The machine-readable reason of a failed job, from the reason the journal recorded."""
-    head = journal_reason.split(":", 1)[0]
-    if head == "poison":
-        return FailureReason.POISON
-    if head.startswith("gave up after"):
-        return FailureReason.GAVE_UP
-    known = {item.value for item in FailureReason}
-    return FailureReason(head) if head in known else FailureReason.INTERNAL
-
-
 class Filing:
     """Output locations, archive targets, failed files and their reasons, duplicates issued again.
 
@@ -218,7 +207,8 @@ class Filing:
             return  # the original waits in the spool until a person resolves the review
         if job.state is JobState.FAILED:
             moved = move_file(spool_file, folder.failed_dir / relative)
-            self.write_reason_logged(moved, relative, failure_reason(job.reason or ""), job.reason or "", job)
+            failure = job.failure or FailureReason.INTERNAL
+            self.write_reason_logged(moved, relative, failure, job.reason or "", job)
         elif self._config.intake.originals == "delete":
             spool_file.unlink()
         else:

@@ -16,10 +16,10 @@ from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, FailureReason
 from appliance.names import display
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Waiting this long for another connection's write lock is normal under load (a second daemon
 # thread, an API reader checkpointing); beyond it something is stuck and the caller should hear it.
@@ -81,6 +81,8 @@ class Job:
     not_before: float
     outputs: dict[str, str]
     duplicate_of: str | None
+    # Why a failed job failed, as a code (the reason beside it is prose for people); None otherwise.
+    failure: FailureReason | None = None
 
 
 @dataclass(frozen=True)
@@ -161,13 +163,28 @@ CREATE INDEX transitions_job ON transitions (job_id, seq);
 # values in the same columns (a TEXT column keeps a BLOB as it is), so a name that is not UTF-8
 # (an SMB or NFS client's legacy code page) is kept exactly; SQLite could not take it as text.
 _PATH_COLUMNS = ("source_folder", "relative_path", "name", "spool_path")
+# Version 3: a failed job's reason code in a column of its own (`failure`), so that nothing parses
+# the prose reason for it. Jobs failed before are given the code their reason starts with, as the
+# daemon used to read it: "poison: ...", "gave up after ...", "<code>: ...", else internal.
+_REASON_HEAD = (
+    "CASE WHEN instr(reason, ':') > 0 THEN substr(reason, 1, instr(reason, ':') - 1) ELSE reason END"
+)
+_KNOWN_FAILURES = ", ".join(f"'{item.value}'" for item in FailureReason)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: tuple(f"UPDATE jobs SET {column} = CAST({column} AS BLOB)" for column in _PATH_COLUMNS),
+    3: (
+        "ALTER TABLE jobs ADD COLUMN failure TEXT",
+        f"UPDATE jobs SET failure = CASE "
+        f"WHEN {_REASON_HEAD} = 'poison' THEN 'poison' "
+        f"WHEN substr({_REASON_HEAD}, 1, 13) = 'gave up after' THEN 'gave_up' "
+        f"WHEN {_REASON_HEAD} IN ({_KNOWN_FAILURES}) THEN {_REASON_HEAD} "
+        "ELSE 'internal' END WHERE state = 'failed'",
+    ),
 }
 
 _JOB_COLUMNS = (
     "id, sha256, source_folder, relative_path, name, size, spool_path, profile, priority, state, "
-    "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of"
+    "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of, failure"
 )
 _JOB_PLACEHOLDERS = ", ".join(f":{column.strip()}" for column in _JOB_COLUMNS.split(","))
 
@@ -196,6 +213,7 @@ def _job(row: sqlite3.Row) -> Job:
         not_before=row["not_before"],
         outputs=json.loads(row["outputs"]),
         duplicate_of=row["duplicate_of"],
+        failure=None if row["failure"] is None else FailureReason(row["failure"]),
     )
 
 
@@ -349,11 +367,16 @@ class Journal:
         not_before: float | None = None,
         outputs: dict[str, str] | None = None,
         duplicate_of: str | None = None,
+        failure: FailureReason | None = None,
     ) -> Job:
         """Change one job's state and record the transition, inside the caller's transaction."""
+        if to_state is JobState.FAILED:
+            failure = failure or FailureReason.INTERNAL  # a failure nobody named is the appliance's
+        elif failure is not None:
+            raise ValueError(f"job {job.id}: a failure reason ({failure}) belongs to a failed job only")
         changed = conn.execute(
             "UPDATE jobs SET state = ?, reason = ?, updated_at = ?, attempts = ?, not_before = ?, "
-            "outputs = ?, duplicate_of = ? WHERE id = ? AND state = ?",
+            "outputs = ?, duplicate_of = ?, failure = ? WHERE id = ? AND state = ?",
             (
                 to_state.value,
                 display(reason),
@@ -362,6 +385,7 @@ class Journal:
                 job.not_before if not_before is None else not_before,
                 json.dumps(job.outputs if outputs is None else outputs, sort_keys=True),
                 job.duplicate_of if duplicate_of is None else duplicate_of,
+                None if failure is None else failure.value,
                 job.id,
                 job.state.value,
             ),
@@ -425,6 +449,7 @@ class Journal:
                     "not_before": at,
                     "outputs": "{}",
                     "duplicate_of": None,
+                    "failure": None,
                 },
             )
             self._record(conn, job_id, None, JobState.QUEUED, reason=reason, at=at)
@@ -460,9 +485,13 @@ class Journal:
         outputs: dict[str, str] | None = None,
         duplicate_of: str | None = None,
         *,
+        failure: FailureReason | None = None,
         now: float | None = None,
     ) -> Job:
-        """Close a job: running → done, review or failed; queued → done or failed (never ran)."""
+        """Close a job: running → done, review or failed; queued → done or failed (never ran).
+
+        A failed job records `failure`, its reason code (internal when none is given).
+        """
         at = time.time() if now is None else now
         with self._write() as conn:
             job = self._load(conn, job_id)
@@ -472,7 +501,9 @@ class Journal:
                 if duplicate_of == job_id:
                     raise ValueError(f"job {job_id} cannot be a duplicate of itself")
                 self._load(conn, duplicate_of)
-            return self._move(conn, job, state, reason, at, outputs=outputs, duplicate_of=duplicate_of)
+            return self._move(
+                conn, job, state, reason, at, outputs=outputs, duplicate_of=duplicate_of, failure=failure
+            )
 
     def retry_later(self, job_id: str, reason: str, delay_seconds: float, *, now: float | None = None) -> Job:
         """Requeue a running job after a transient error, or fail it once its attempts are used up."""
@@ -484,9 +515,8 @@ class Journal:
             if job.state is not JobState.RUNNING:
                 raise InvalidTransition(job_id, job.state, JobState.QUEUED)
             if job.attempts >= self.max_attempts:
-                return self._move(
-                    conn, job, JobState.FAILED, f"gave up after {job.attempts} attempts: {reason}", at
-                )
+                gave_up = f"gave up after {job.attempts} attempts: {reason}"
+                return self._move(conn, job, JobState.FAILED, gave_up, at, failure=FailureReason.GAVE_UP)
             return self._move(conn, job, JobState.QUEUED, reason, at, not_before=at + delay_seconds)
 
     def worker_died(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
@@ -500,7 +530,7 @@ class Journal:
             raise InvalidTransition(job.id, job.state, JobState.QUEUED)
         if job.attempts >= self.max_attempts:
             poison = f"poison: killed its worker {job.attempts} times ({reason})"
-            return self._move(conn, job, JobState.FAILED, poison, at)
+            return self._move(conn, job, JobState.FAILED, poison, at, failure=FailureReason.POISON)
         # The attempt was counted by start_next. No backoff: a worker lost to a crash is replaced
         # at once, and the file has at most max_attempts tries.
         return self._move(conn, job, JobState.QUEUED, reason, at)
@@ -559,7 +589,15 @@ class Journal:
         if crashes >= self.max_restarts:
             reason = f"crashed_daemon: it was being read at each of {crashes} daemon crashes"
             reason += f" ({RECOVER_REASON})"
-            return self._move(conn, job, JobState.FAILED, reason, at, attempts=attempts)
+            return self._move(
+                conn,
+                job,
+                JobState.FAILED,
+                reason,
+                at,
+                attempts=attempts,
+                failure=FailureReason.CRASHED_DAEMON,
+            )
         return self._move(conn, job, JobState.QUEUED, RECOVER_REASON, at, attempts=attempts)
 
     def find_done_by_sha256(self, sha256: str) -> Job | None:
