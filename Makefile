@@ -30,15 +30,18 @@ APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 
 # llama-cpp-python (the optional `vlm` extra, `make vlm`) builds llama.cpp from its sdist: with CUDA
 # where the GPU onnxruntime is chosen, without llama.cpp's unused `common` library (a third of the
-# compile), on every core.
+# compile), on every core. On x86-64 for AVX2/FMA/F16C (x86-64-v3), not -march=native: a native
+# build on a CPU that lists AMX uses it, and a virtual machine that lists AMX without enabling its
+# tile state dies of SIGILL on the first quantized matrix product (seen on the 2-core machines).
+LLAMA_X86 = -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 LLAMA_CMAKE_ARGS ?= -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama-skip-common.cmake \
-	$(if $(filter gpu,$(ORT)),-DGGML_CUDA=on)
+	$(if $(filter x86_64,$(shell uname -m)),$(LLAMA_X86)) $(if $(filter gpu,$(ORT)),-DGGML_CUDA=on)
 export CMAKE_ARGS = $(LLAMA_CMAKE_ARGS)
 export CMAKE_BUILD_PARALLEL_LEVEL = $(shell nproc)
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-$(ORT)
-VLM_STAMP = $(VENV)/.installed-vlm-$(ORT)
+VLM_STAMP = $(VENV)/.installed-vlm-$(ORT)-portable
 
 .PHONY: setup vlm run test test-quick schema lint bench models-int8 models-fp16 clean apt-test apt-bench install install-files install-venv uninstall proto
 
@@ -61,7 +64,11 @@ vlm: $(VLM_STAMP)
 
 $(VLM_STAMP): $(STAMP)
 	@echo "installing the vlm extra: llama-cpp-python compiles llama.cpp from source; this takes minutes"
-	$(BIN)/python -m pip install --verbose -e '.[$(ORT),dev,vlm]'
+	@# Always built here, never taken from pip's wheel cache: the cache keys a build by its source,
+	@# not by the CMAKE_ARGS or the CPU it was made for.
+	$(BIN)/python -m pip install --verbose --no-cache-dir --force-reinstall --no-deps \
+		"$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
+	$(BIN)/python -m pip install --quiet -e '.[$(ORT),dev,vlm]'
 	@touch $@
 
 run: setup
