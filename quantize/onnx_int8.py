@@ -66,7 +66,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from appliance.engines.manifest import builtin_manifest_path, load_manifest, sha256_file, verify_models
 from appliance.engines.ppocr_onnx.engine import BUILTIN_MANIFEST, default_model_dir
 from appliance.engines.ppocr_onnx.graph import fold_affine_into_conv, name_nodes, optimize_basic
-from appliance.engines.ppocr_onnx.recognition import model_keys, read_keys
+from appliance.engines.ppocr_onnx.recognition import dictionary
 from quantize.calibration import Feeds, collect_feeds, folder_pages, rendered_pages
 from quantize.evaluate import Drift, cpu_session, drift, run_all
 
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     # The rendered pages draw their CJK text from PP-OCRv5's dictionary file (any set's would do);
     # the recogniser is fed through its own dictionary, a file or the model's metadata.
     alphabet = default_model_dir() / "ppocr_keys_v5.txt"
-    keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
+    keys = dictionary(paths)
     prefix = "ppocrv5" if args.model_set == BUILTIN_MANIFEST else args.model_set
     args.out.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, Any]] = []

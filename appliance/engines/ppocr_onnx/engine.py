@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
 from appliance.config import PpocrOnnxConfig
 from appliance.document import Line, Word
@@ -29,7 +30,7 @@ from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, 
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset
-from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, model_keys, read_keys
+from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
 from appliance.errors import ModelError
 
@@ -167,9 +168,8 @@ class PpocrOnnxEngine:
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
         self._folded: dict[str, int] = {}
-        # The dictionary: a keys file where the set has one (PP-OCRv5), else the recogniser's own
-        # metadata (PP-OCRv6). The entries a charset keeps (None: all), and the dictionary's length.
-        keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
+        # The dictionary, the entries a charset keeps (None: all), and the dictionary's length.
+        keys = dictionary(paths)
         kept = charset_classes(keys, load_charset(config.charset)) if config.charset is not None else None
         self._line_threads = line_threads(config)
         self._pool = (
@@ -178,21 +178,7 @@ class PpocrOnnxEngine:
             else None
         )
         self._kept, self._classes = kept, len(keys)
-        sessions = {}
-        for role in roles:
-            model = self.graph_at_load(role, paths[role])
-            # Lines run side by side on single-threaded runs; the detector's one run per page
-            # keeps every intra-op thread.
-            line_model = role != "det" and self._pool is not None
-            sessions[role], self._sessions[role] = create_session(
-                paths[role],
-                config.provider,
-                1 if line_model else config.intra_op_threads,
-                config.inter_op_threads,
-                allow_spinning=config.allow_spinning,
-                graph_level=config.graph_optimization,
-                model=model,
-            )
+        sessions = {role: self._open(role, paths[role]) for role in roles}
         self._detector = TextDetector(
             sessions["det"],
             limit_side_len=config.det_limit_side_len,
@@ -216,30 +202,31 @@ class PpocrOnnxEngine:
             self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
         self._paths = {role: paths[role] for role in roles}
 
+    def _open(self, role: str, path: Path) -> ort.InferenceSession:
+        """The session of one role on the graph the engine runs (graph_at_load), recorded by role."""
+        config = self._config
+        # Lines run side by side on single-threaded runs; the detector's one run per page keeps
+        # every intra-op thread.
+        line_model = role != "det" and self._pool is not None
+        session, self._sessions[role] = create_session(
+            path,
+            config.provider,
+            1 if line_model else config.intra_op_threads,
+            config.inter_op_threads,
+            allow_spinning=config.allow_spinning,
+            graph_level=config.graph_optimization,
+            model=self.graph_at_load(role, path),
+        )
+        return session
+
     def _second_recognizer(self, config: PpocrOnnxConfig) -> TextRecognizer:
         """The second reader's recogniser, from its own hash-checked set (the packages' files)."""
         assert config.second_reader is not None
         manifest = load_manifest(builtin_manifest_path(config.second_reader.models))
-        roles = ("rec", "keys") if any(model.role == "keys" for model in manifest.models) else ("rec",)
-        paths = verify_models(manifest, None, roles=roles)
-        keys = read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
-        model = None
-        if config.fold_affine:
-            try:
-                model, _ = folded_model(paths["rec"])
-            except Exception as error:  # onnx/onnxruntime raise their own untyped errors
-                raise ModelError(f"cannot fold {paths['rec']} at load: {error}") from None
-        session, self._sessions["rec2"] = create_session(
-            paths["rec"],
-            config.provider,
-            1 if self._pool is not None else config.intra_op_threads,
-            config.inter_op_threads,
-            allow_spinning=config.allow_spinning,
-            graph_level=config.graph_optimization,
-            model=model,
-        )
+        paths = verify_models(manifest, None, roles=("rec", "keys"))
         self._entries["rec2"] = manifest.entry("rec")
-        return TextRecognizer(session, keys, 1, config.rec_min_width, pool=self._pool)
+        session = self._open("rec2", paths["rec"])
+        return TextRecognizer(session, dictionary(paths), 1, config.rec_min_width, pool=self._pool)
 
     def graph_at_load(self, role: str, path: Path) -> bytes | None:
         """The serialized graph the engine runs for `role`, or None when that is the file as it is.
@@ -251,9 +238,11 @@ class PpocrOnnxEngine:
         model = None
         if self._config.fold_affine and self._entries[role].precision == "fp32":
             try:
-                model, self._folded[role] = folded_model(path)
+                folded, self._folded[role] = folded_model(path)
             except Exception as error:  # onnx/onnxruntime raise their own untyped errors
                 raise ModelError(f"cannot fold {path} at load: {error}") from None
+            # Nothing folded (PP-OCRv6 has no such pairs): the session loads the file itself.
+            model = folded if self._folded[role] else None
         if role == "rec" and self._kept is not None:
             try:
                 model = restrict_output_classes(model or path.read_bytes(), self._kept, self._classes)

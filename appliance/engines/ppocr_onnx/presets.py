@@ -51,7 +51,9 @@ def cuda_usable() -> bool:
     """Whether this onnxruntime build offers the CUDA provider (the sessions check the rest)."""
     import onnxruntime as ort  # only when a preset must be chosen by the machine
 
-    return "CUDAExecutionProvider" in ort.get_available_providers()
+    from appliance.engines.ppocr_onnx.sessions import CUDA
+
+    return CUDA in ort.get_available_providers()
 
 
 def on_gpu(config: PpocrOnnxConfig) -> bool:

@@ -69,6 +69,11 @@ def model_keys(path: Path) -> list[str]:
     return ["blank", *characters, " "]
 
 
+def dictionary(paths: dict[str, Path]) -> list[str]:
+    """A verified set's dictionary: its keys file (PP-OCRv5), else the recogniser's metadata (PP-OCRv6)."""
+    return read_keys(paths["keys"]) if "keys" in paths else model_keys(paths["rec"])
+
+
 def align_keys(keys: list[str], classes: int, source: str, kept: list[int] | None = None) -> list[str]:
     """The character table, index-aligned with the model's output classes.
 
