@@ -48,12 +48,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def cuda_usable() -> bool:
-    """Whether this onnxruntime build offers the CUDA provider (the sessions check the rest)."""
-    import onnxruntime as ort  # only when a preset must be chosen by the machine
+    """Whether this onnxruntime build offers the CUDA provider (sessions.cuda_usable, loaded late)."""
+    from appliance.engines.ppocr_onnx import sessions  # onnxruntime only when a preset is chosen
 
-    from appliance.engines.ppocr_onnx.sessions import CUDA
-
-    return CUDA in ort.get_available_providers()
+    return sessions.cuda_usable()
 
 
 def on_gpu(config: PpocrOnnxConfig) -> bool:

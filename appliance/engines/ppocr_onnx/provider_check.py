@@ -6,10 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import onnxruntime as ort
-
 from appliance.engines.ppocr_onnx.cuda_driver import read_driver_version
-from appliance.engines.ppocr_onnx.sessions import CUDA, ProviderChoice, probe_provider
+from appliance.engines.ppocr_onnx.sessions import CUDA, ProviderChoice, cuda_usable, probe_provider
 
 
 def smallest_model(paths: Mapping[str, Path]) -> Path:
@@ -28,7 +26,7 @@ def check_cuda(requested: ProviderChoice, model: Path) -> dict[str, Any]:
     """
     if requested == "cpu":
         return {"requested": requested, "checked": False, "ok": True, "reason": "provider: cpu"}
-    if CUDA not in ort.get_available_providers():
+    if not cuda_usable():
         return {
             "requested": requested,
             "checked": False,

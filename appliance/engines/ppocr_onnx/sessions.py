@@ -107,6 +107,11 @@ def prepare_cuda() -> str | None:
     return None
 
 
+def cuda_usable() -> bool:
+    """Whether this onnxruntime build offers the CUDA provider (a session still checks it starts)."""
+    return CUDA in ort.get_available_providers()
+
+
 def create_session(
     path: Path,
     provider: ProviderChoice,
