@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.config import load_config
+from appliance.config import ApiConfig, load_config
 from appliance.errors import ConfigError
 
 ENV_VARIABLE = "OCR_APPLIANCE_SOCKET"
-INSTALLED = Path("/run/ocr-appliance/api.sock")
+INSTALLED: Path = ApiConfig().socket  # the daemon's own default, where `make install` runs it
 MAKE_RUN = Path("var/run/api.sock")  # under the checkout `make run` was started in
 EXAMPLE_CONFIG = Path("config.example.yaml")
 
