@@ -42,6 +42,20 @@ def _rename_from(inbox: Path, monkeypatch: pytest.MonkeyPatch, code: Callable[[]
     return tried
 
 
+def _write_tiff_page_by_page(target: Path, pause: Callable[[], None]) -> bytes:
+    """Write a 3-page TIFF into `target` a page at a time, held open throughout; `pause` after each."""
+    pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
+    with target.open("w+b") as handle:
+        with AppendingTiffWriter(handle) as writer:
+            for page in pages:
+                page.save(writer, format="TIFF")
+                writer.newFrame()
+                handle.flush()
+                pause()
+        handle.seek(0)
+        return handle.read()
+
+
 def test_exdev_at_the_rename_is_claimed_by_copy_and_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,7 +82,7 @@ def test_a_file_that_cannot_be_claimed_is_reported_once_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
 ) -> None:
     """Permission denied on the move into the spool, or on reading the file at all (as a non-root service)."""
-    monkeypatch.setattr(hot_folders, "_CLAIM_RETRY_SECONDS", 0.1, raising=False)
+    monkeypatch.setattr(hot_folders, "_CLAIM_RETRY_SECONDS", 0.1)
     config = _config(tmp_path, intake={"rescan_seconds": 0.2})
     inbox = config.hot_folders[0].path
     inbox.mkdir(parents=True)
@@ -123,24 +137,18 @@ def test_a_tiff_written_page_by_page_is_claimed_only_after_its_writer_closes_it(
 
     monkeypatch.setattr(hot_folders, "claim", claim)
     # The lease alone: inotify's view of writes and closes (the other guard, below) switched off.
-    monkeypatch.setattr(hot_folders, "reports_writer_closes", lambda observer: False, raising=False)
+    monkeypatch.setattr(hot_folders, "reports_writer_closes", lambda observer: False)
     config = _config(tmp_path)  # settle_seconds 0.3
-    pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
     with Running(config) as running:
         target = running.folders.inbox / "multi.tif"
-        handle = target.open("w+b")
-        with AppendingTiffWriter(handle) as writer:
-            for page in pages:
-                page.save(writer, format="TIFF")
-                writer.newFrame()
-                handle.flush()
-                # The pause: until the daemon has found this prefix settled and complete, and tried.
-                seen = len(refused)
-                assert wait_for(lambda seen=seen: len(refused) > seen or bool(claims), timeout=20)
-                assert claims == [], "claimed while its writer still had it open"
-        handle.seek(0)
-        written = handle.read()
-        handle.close()
+
+        def pause() -> None:
+            # Until the daemon has found this prefix settled and complete, and tried.
+            seen = len(refused)
+            assert wait_for(lambda: len(refused) > seen or bool(claims), timeout=20)
+            assert claims == [], "claimed while its writer still had it open"
+
+        written = _write_tiff_page_by_page(target, pause)
         closed_at = time.time()
         assert wait_for(lambda: running.daemon.stats.done == 1)
         assert not target.exists()
@@ -161,7 +169,7 @@ def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_close
     monkeypatch.setattr(
         claim_module, "take_read_lease", lambda fd: ReadLease(fd, held=False, unavailable="not the owner")
     )
-    real_being_written = getattr(FileStabilityTracker, "being_written", lambda self, path: False)
+    real_being_written = FileStabilityTracker.being_written
     held: list[float] = []  # when a settled-looking file was held back for its open writer
 
     def being_written(self: FileStabilityTracker, path: Path) -> bool:
@@ -170,7 +178,7 @@ def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_close
             held.append(time.monotonic())
         return result
 
-    monkeypatch.setattr(FileStabilityTracker, "being_written", being_written, raising=False)
+    monkeypatch.setattr(FileStabilityTracker, "being_written", being_written)
     real_claim = hot_folders.claim
     claims: list[Claimed] = []
 
@@ -180,25 +188,16 @@ def test_without_leases_inotify_holds_a_page_by_page_tiff_until_its_writer_close
         return claimed
 
     monkeypatch.setattr(hot_folders, "claim", claim)
-    pages = [Image.new("RGB", (320, 200), colour) for colour in ("white", "gainsboro", "lightgray")]
     with Running(_config(tmp_path)) as running:
         target = running.folders.inbox / "multi.tif"
-        handle = target.open("w+b")
-        with AppendingTiffWriter(handle) as writer:
-            for page in pages:
-                page.save(writer, format="TIFF")
-                writer.newFrame()
-                handle.flush()
-                # The pause: until the settle time has passed since this page and the file was held.
-                written_at = time.monotonic()
-                assert wait_for(
-                    lambda written_at=written_at: any(at > written_at for at in held) or bool(claims),
-                    timeout=20,
-                )
-                assert claims == [], "claimed while its writer still had it open"
-        handle.seek(0)
-        written = handle.read()
-        handle.close()
+
+        def pause() -> None:
+            # Until the settle time has passed since this page and the file was held.
+            written_at = time.monotonic()
+            assert wait_for(lambda: any(at > written_at for at in held) or bool(claims), timeout=20)
+            assert claims == [], "claimed while its writer still had it open"
+
+        written = _write_tiff_page_by_page(target, pause)
         assert wait_for(lambda: running.daemon.stats.done == 1)
         (job,) = running.daemon.journal.jobs()
         assert (job.size, job.sha256) == (len(written), hashlib.sha256(written).hexdigest())
