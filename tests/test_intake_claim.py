@@ -21,6 +21,15 @@ from appliance.intake.lease import ReadLease, WriterActiveError, take_read_lease
 from tests.polling import wait_for
 
 
+def _dropped(tmp_path: Path, name: str, data: bytes) -> tuple[Path, Path, Path]:
+    """An inbox holding one file, and the spool beside it (not made yet): inbox, spool, the file."""
+    inbox, spool = tmp_path / "in", tmp_path / "spool"
+    inbox.mkdir()
+    source = inbox / name
+    source.write_bytes(data)
+    return inbox, spool, source
+
+
 def test_same_filesystem_claim_is_a_rename(tmp_path: Path) -> None:
     inbox, spool = tmp_path / "in", tmp_path / "spool"
     (inbox / "sub").mkdir(parents=True)
@@ -73,10 +82,7 @@ def _rename_fails_for(monkeypatch: pytest.MonkeyPatch, source: Path, code: int) 
 
 def test_exdev_on_one_device_falls_back_to_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ReadWritePaths= and StateDirectory= are separate mounts of one disk: same st_dev, yet EXDEV."""
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.png"
-    source.write_bytes(b"\x89PNG data")
+    inbox, spool, source = _dropped(tmp_path, "scan.png", b"\x89PNG data")
     assert source.stat().st_dev == tmp_path.stat().st_dev
     tried = _rename_fails_for(monkeypatch, source, errno.EXDEV)
     claimed = claim(source, inbox, spool)
@@ -90,10 +96,7 @@ def test_exdev_on_one_device_falls_back_to_copy(tmp_path: Path, monkeypatch: pyt
 def test_other_rename_errors_leave_the_file_and_no_spool_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.png"
-    source.write_bytes(b"data")
+    inbox, spool, source = _dropped(tmp_path, "scan.png", b"data")
     _rename_fails_for(monkeypatch, source, errno.EACCES)
     with pytest.raises(PermissionError):
         claim(source, inbox, spool)
@@ -104,10 +107,7 @@ def test_other_rename_errors_leave_the_file_and_no_spool_folder(
 def test_a_failure_after_the_copy_never_deletes_the_only_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.png"
-    source.write_bytes(b"data")
+    inbox, spool, source = _dropped(tmp_path, "scan.png", b"data")
     _rename_fails_for(monkeypatch, source, errno.EXDEV)
     real_fsync_directory = claim_module.fsync_directory
 
@@ -127,10 +127,7 @@ def test_a_failure_after_the_copy_never_deletes_the_only_copy(
 def test_change_during_cross_filesystem_copy_keeps_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.png"
-    source.write_bytes(b"first version")
+    inbox, spool, source = _dropped(tmp_path, "scan.png", b"first version")
     _rename_fails_for(monkeypatch, source, errno.EXDEV)
     real_copy = claim_module._copy_and_hash
 
@@ -214,10 +211,7 @@ def test_a_file_under_another_write_lease_is_not_waited_for(tmp_path: Path) -> N
 def test_a_writer_opening_the_file_during_the_claim_puts_it_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.tif"
-    source.write_bytes(b"page 1")
+    inbox, spool, source = _dropped(tmp_path, "scan.tif", b"page 1")
     if not _leases_work(source):
         pytest.skip("no read leases here")
     real_hash = claim_module._hash_unchanged
@@ -245,10 +239,7 @@ def test_a_writer_opening_the_file_during_the_claim_puts_it_back(
 
 
 def test_without_leases_the_claim_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    inbox, spool = tmp_path / "in", tmp_path / "spool"
-    inbox.mkdir()
-    source = inbox / "scan.png"
-    source.write_bytes(b"data")
+    inbox, spool, source = _dropped(tmp_path, "scan.png", b"data")
     real_fcntl = fcntl.fcntl
 
     def no_leases(fd: int, command: int, arg: int = 0) -> int:
