@@ -11,27 +11,9 @@ from typing import BinaryIO
 import pypdfium2 as pdfium
 
 from appliance.errors import FailureReason
+from appliance.media_types import BMP, HEAD_SIZE, JPEG, PDF, PNG, TIFF, sniff
 
-PDF = "application/pdf"
-TIFF = "image/tiff"
-JPEG = "image/jpeg"
-PNG = "image/png"
-BMP = "image/bmp"
-WEBP = "image/webp"
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
-_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"%PDF-", PDF),
-    (b"II*\x00", TIFF),
-    (b"MM\x00*", TIFF),
-    (b"II+\x00", TIFF),
-    (b"MM\x00+", TIFF),
-    (b"\xff\xd8\xff", JPEG),
-    (_PNG_SIGNATURE, PNG),
-    (b"BM", BMP),
-)
-_HEAD_SIZE = 16
 # Acrobat accepts %%EOF anywhere in the last 1024 bytes; that is also where we look for it.
 _PDF_TAIL_SIZE = 1024
 # Scanners pad JPEGs with a few NULs or a newline; 64 KiB of "padding" is rather a file preallocated
@@ -62,8 +44,8 @@ def check_complete(path: Path) -> CompletenessResult:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
             return CompletenessResult(False, None, "file is empty", FailureReason.EMPTY)
-        head = handle.read(_HEAD_SIZE)
-        media_type, partial_signature = _sniff(head)
+        head = handle.read(HEAD_SIZE)
+        media_type, partial_signature = sniff(head)
         if media_type is None:
             # Unknown bytes: the reader refuses them with a clear reason, and waiting would not help.
             return CompletenessResult(True, None, None)
@@ -88,23 +70,6 @@ def check_complete(path: Path) -> CompletenessResult:
 
 def _incomplete(media_type: str, reason: str) -> CompletenessResult:
     return CompletenessResult(False, media_type, reason)
-
-
-def _sniff(head: bytes) -> tuple[str | None, bool]:
-    """(media type, whether the file is shorter than that type's signature) from the first bytes."""
-    for signature, media_type in _SIGNATURES:
-        if head.startswith(signature):
-            return media_type, False
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return WEBP, False
-    # A file cut inside its own signature (a scanner that has written 3 bytes so far) is still a
-    # file being written, not an unknown format to refuse.
-    for signature, media_type in _SIGNATURES:
-        if len(head) < len(signature) and signature.startswith(head):
-            return media_type, True
-    if len(head) < 12 and b"RIFF".startswith(head[:4]) and b"WEBP".startswith(head[8:12]):
-        return WEBP, True
-    return None, False
 
 
 def _read_at(handle: BinaryIO, offset: int, length: int) -> bytes:

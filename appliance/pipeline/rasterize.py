@@ -29,21 +29,11 @@ from PIL import Image, ImageOps
 from appliance.config import RasterizeConfig
 from appliance.document import DEFAULT_DPI
 from appliance.errors import DocumentError, FailureReason
+from appliance.media_types import HEAD_SIZE, sniff
 from appliance.pipeline.pdf_tree import page_tree_loop
 
 log = logging.getLogger(__name__)
 
-# Magic numbers of the formats we read; the extension alone is never trusted.
-_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"%PDF-", "application/pdf"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-    (b"II+\x00", "image/tiff"),  # BigTIFF
-    (b"MM\x00+", "image/tiff"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"BM", "image/bmp"),
-)
 _PIL_FORMATS = {
     "image/tiff": "TIFF",
     "image/jpeg": "JPEG",
@@ -68,14 +58,12 @@ class RasterPage:
 def sniff_media_type(path: Path) -> str:
     """Media type from the file's first bytes; raise DocumentError for anything we do not read."""
     with path.open("rb") as handle:
-        head = handle.read(16)
+        head = handle.read(HEAD_SIZE)
     if not head:
         raise DocumentError(FailureReason.EMPTY, f"{path.name} is empty (0 bytes)")
-    for signature, media_type in _SIGNATURES:
-        if head.startswith(signature):
-            return media_type
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
+    media_type, partial = sniff(head)
+    if media_type is not None and not partial:
+        return media_type
     raise DocumentError(
         FailureReason.UNSUPPORTED_FORMAT,
         f"{path.name} is not a PDF, TIFF, JPEG, PNG, BMP or WebP file (first bytes {head[:8].hex()})",
