@@ -95,6 +95,17 @@ class PpocrOnnxConfig(_Strict):
     # one operator: on 2 cores the median receipt's recognition took 529 ms this way against 699 ms
     # with two threads inside each run, same reads (bench/README.md, "Run 3").
     line_parallelism: StrictInt = Field(default=0, ge=0, le=64)
+    # Fixed input shapes (engines/ppocr_onnx/shapes.py): pages padded to a few detector sizes, line
+    # batches to a few widths and fixed_batch_size rows, one session per shape, each warmed at load.
+    # The CUDA provider sets its convolutions up again whenever a session's input shape changes
+    # (1.3-2.0 s for PP-OCRv6's recogniser); the CPU does not, and wider padding changes some
+    # reads. auto: on with the CUDA provider, off on the CPU.
+    fixed_shapes: Literal["auto", "on", "off"] = "auto"
+    fixed_batch_size: StrictInt = Field(default=16, ge=1, le=64)
+    # Cap of each CUDA session's memory arena, in MiB (one session per fixed shape and role).
+    gpu_mem_limit_mb: StrictInt = Field(default=1024, ge=64)
+    # How cuDNN picks a convolution's algorithm on the CUDA provider (paid once per fixed shape).
+    cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
     # Latin-1 and common typographic signs) or a UTF-8 file listing them. The other classes are
     # cut from the recogniser's head at load (engines/ppocr_onnx/charset.py).

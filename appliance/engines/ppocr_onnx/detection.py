@@ -8,10 +8,14 @@ It follows PaddleOCR's `DBPostProcess` (Apache-2.0) step for step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import cv2
 import numpy as np
 import onnxruntime as ort
 import pyclipper
+
+from appliance.engines.ppocr_onnx.shapes import choose_bucket, pad_page, paper_colour
 
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 _STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -82,8 +86,16 @@ class TextDetector:
         threshold: float,
         box_threshold: float,
         unclip_ratio: float,
+        *,
+        buckets: Mapping[tuple[int, int], ort.InferenceSession] | None = None,
     ) -> None:
+        """`buckets`: one session per fixed (height, width) input (shapes.py); None: `session` takes any.
+
+        With buckets, the resized page is padded with its paper colour to the smallest bucket that
+        holds it, run on that bucket's session, and the probability map cut back to the page.
+        """
         self._session = session
+        self._buckets = dict(buckets) if buckets else None
         self._input = session.get_inputs()[0].name
         self._limit_side_len = limit_side_len
         self._threshold = threshold
@@ -92,10 +104,15 @@ class TextDetector:
 
     def probability_map(self, image: np.ndarray) -> tuple[np.ndarray, float, float]:
         resized, scale_y, scale_x = _resize_for_detector(image, self._limit_side_len)
+        height, width = resized.shape[:2]
+        session = self._session
+        if self._buckets is not None:
+            size = choose_bucket(height, width, list(self._buckets))
+            resized, session = pad_page(resized, size, paper_colour(resized)), self._buckets[size]
         tensor = (resized.astype(np.float32) / 255.0 - _MEAN) / _STD
         tensor = tensor.transpose(2, 0, 1)[np.newaxis]
-        output = self._session.run(None, {self._input: tensor})[0]
-        return output[0, 0], scale_y, scale_x
+        output = session.run(None, {self._input: tensor})[0]
+        return output[0, 0, :height, :width], scale_y, scale_x
 
     def detect(self, image: np.ndarray) -> list[np.ndarray]:
         """Quads (4x2 float32, clockwise from top-left) of the text lines on a BGR page."""

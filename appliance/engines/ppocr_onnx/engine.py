@@ -29,9 +29,10 @@ from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
-from appliance.engines.ppocr_onnx.presets import apply_preset
+from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
+from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,19 @@ def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> 
     return words
 
 
+def fixed_shapes(config: PpocrOnnxConfig) -> bool:
+    """Whether inputs are padded to fixed shapes, one session each (PpocrOnnxConfig.fixed_shapes)."""
+    return config.fixed_shapes == "on" or (config.fixed_shapes == "auto" and on_gpu(config))
+
+
 def line_threads(config: PpocrOnnxConfig) -> int:
     """How many lines run at once (see PpocrOnnxConfig.line_parallelism)."""
     if config.line_parallelism:
         return config.line_parallelism
+    if on_gpu(config):
+        # The GPU batches the lines itself; each extra thread only adds its own cuDNN and cuBLAS
+        # workspaces outside the sessions' arenas.
+        return 1
     if config.intra_op_threads:
         return config.intra_op_threads
     return len(os.sched_getaffinity(0))  # the cores this process may use, not the machine's
@@ -178,32 +188,80 @@ class PpocrOnnxEngine:
             else None
         )
         self._kept, self._classes = kept, len(keys)
-        sessions = {role: self._open(role, paths[role]) for role in roles}
+        self._fixed = fixed_shapes(config)
+        # Under fixed shapes: one session per detector bucket and per line width (shapes.py).
+        det_sizes = detector_buckets(config.det_limit_side_len) if self._fixed else ()
+        widths = line_widths(config.rec_min_width) if self._fixed else ()
+        graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
+        buckets = {size: self._open("det", paths["det"], graphs["det"]) for size in det_sizes}
+        by_width = {width: self._open("rec", paths["rec"], graphs["rec"]) for width in widths}
+        sessions = {
+            role: self._open(role, paths[role], graphs[role]) for role in roles if role not in ("det", "rec")
+        }
+        for role, shaped in (("det", buckets), ("rec", by_width)):
+            opened = list(shaped.values())
+            sessions[role] = opened[0] if opened else self._open(role, paths[role], graphs[role])
+        batch_size = config.fixed_batch_size if self._fixed else config.rec_batch_size
         self._detector = TextDetector(
             sessions["det"],
             limit_side_len=config.det_limit_side_len,
             threshold=config.det_threshold,
             box_threshold=config.det_box_threshold,
             unclip_ratio=config.det_unclip_ratio,
+            buckets=buckets or None,
         )
         self._recognizer = TextRecognizer(
             sessions["rec"],
             keys,
-            config.rec_batch_size,
+            batch_size,
             config.rec_min_width,
             pool=self._pool,
             kept=kept,
+            widths=by_width or None,
         )
         self._second: TextRecognizer | None = None
         if config.second_reader is not None:
             self._second = self._second_recognizer(config)
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
-            self._orientation = LineOrientation(sessions["cls"], pool=self._pool, threads=self._line_threads)
+            self._orientation = LineOrientation(
+                sessions["cls"],
+                batch_size=config.fixed_batch_size if self._fixed else 16,
+                pool=self._pool,
+                threads=self._line_threads,
+                fixed_batch=self._fixed,
+            )
         self._paths = {role: paths[role] for role in roles}
+        self._warm_ms = 0.0
+        if self._fixed:
+            self._warm_ms = self._warm(buckets, by_width, sessions.get("cls"), batch_size)
 
-    def _open(self, role: str, path: Path) -> ort.InferenceSession:
-        """The session of one role on the graph the engine runs (graph_at_load), recorded by role."""
+    def _warm(
+        self,
+        buckets: dict[tuple[int, int], ort.InferenceSession],
+        by_width: dict[int, ort.InferenceSession],
+        cls_session: ort.InferenceSession | None,
+        batch_size: int,
+    ) -> float:
+        """One run of each fixed-shape session at its one shape; the milliseconds it took.
+
+        The first page then does not pay the CUDA provider's setup (cuDNN plans, 1-2 s a shape).
+        """
+        started = time.perf_counter()
+        runs: list[tuple[ort.InferenceSession, tuple[int, ...]]] = [
+            (session, (1, 3, *size)) for size, session in buckets.items()
+        ]
+        runs += [(session, (batch_size, 3, 48, width)) for width, session in by_width.items()]
+        if cls_session is not None:
+            runs.append((cls_session, (batch_size, 3, 80, 160)))
+        for session, shape in runs:
+            session.run(None, {session.get_inputs()[0].name: np.zeros(shape, dtype=np.float32)})
+        elapsed = (time.perf_counter() - started) * 1000
+        log.info("%d fixed-shape sessions warmed in %.0f ms", len(runs), elapsed)
+        return elapsed
+
+    def _open(self, role: str, path: Path, model: bytes | None) -> ort.InferenceSession:
+        """A session of one role on `model` (graph_at_load's graph, None: the file), recorded by role."""
         config = self._config
         # Lines run side by side on single-threaded runs; the detector's one run per page keeps
         # every intra-op thread.
@@ -215,7 +273,9 @@ class PpocrOnnxEngine:
             config.inter_op_threads,
             allow_spinning=config.allow_spinning,
             graph_level=config.graph_optimization,
-            model=self.graph_at_load(role, path),
+            model=model,
+            gpu_mem_limit_mb=config.gpu_mem_limit_mb,
+            cuda_options={"cudnn_conv_algo_search": config.cudnn_conv_algo_search},
         )
         return session
 
@@ -225,7 +285,7 @@ class PpocrOnnxEngine:
         manifest = load_manifest(builtin_manifest_path(config.second_reader.models))
         paths = verify_models(manifest, None, roles=("rec", "keys"))
         self._entries["rec2"] = manifest.entry("rec")
-        session = self._open("rec2", paths["rec"])
+        session = self._open("rec2", paths["rec"], self.graph_at_load("rec2", paths["rec"]))
         return TextRecognizer(session, dictionary(paths), 1, config.rec_min_width, pool=self._pool)
 
     def graph_at_load(self, role: str, path: Path) -> bytes | None:
@@ -299,6 +359,8 @@ class PpocrOnnxEngine:
             "manifest": self._manifest.name,
             "models": models,
             "line_parallelism": self._line_threads,
+            "fixed_shapes": self._fixed,
+            "warm_up_ms": round(self._warm_ms, 1),
             "charset": self._config.charset,
             "classes": len(self._recognizer.keys),
         }

@@ -16,6 +16,8 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
+from appliance.engines.ppocr_onnx.shapes import pad_rows
+
 _INPUT_W, _INPUT_H = 160, 80
 _MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 _STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -47,9 +49,16 @@ class LineOrientation:
         batch_size: int = 16,
         pool: Executor | None = None,
         threads: int = 1,
+        *,
+        fixed_batch: bool = False,
     ) -> None:
-        """`pool` with `threads` threads: the windows are shared out in batches run at once."""
+        """`pool` with `threads` threads: the windows are shared out in batches run at once.
+
+        `fixed_batch`: every run gets exactly `batch_size` windows, filled up with blank ones whose
+        outputs are dropped, so the session never sees a second shape (shapes.py).
+        """
         self._session = session
+        self._fixed_batch = fixed_batch
         self._input = session.get_inputs()[0].name
         self._batch_size = batch_size
         self._pool = pool
@@ -68,13 +77,17 @@ class LineOrientation:
         counts = np.zeros(len(crops), dtype=np.float64)
         # Enough batches to give every thread one; each still at most batch_size windows.
         size = min(self._batch_size, math.ceil(len(pieces) / self._threads))
+        if self._fixed_batch:
+            size = self._batch_size
         starts = range(0, len(pieces), size)
 
         def run(start: int) -> np.ndarray:
-            output: np.ndarray = self._session.run(
-                None, {self._input: np.stack(pieces[start : start + size])}
-            )[0]
-            return output
+            batch = np.stack(pieces[start : start + size])
+            rows = len(batch)
+            if self._fixed_batch:
+                batch = pad_rows(batch, self._batch_size)
+            output: np.ndarray = self._session.run(None, {self._input: batch})[0]
+            return output[:rows]
 
         outputs = map(run, starts) if self._pool is None or len(starts) < 2 else self._pool.map(run, starts)
         for start, output in zip(starts, outputs, strict=True):

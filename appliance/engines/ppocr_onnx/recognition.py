@@ -8,6 +8,7 @@ sits (for word boxes in hOCR/ALTO), with batches grouped by width so padding sta
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
+from appliance.engines.ppocr_onnx.shapes import choose_width, pad_rows
 from appliance.errors import ModelError
 
 _HEIGHT = 48
@@ -111,20 +113,25 @@ class TextRecognizer:
         *,
         pool: Executor | None = None,
         kept: list[int] | None = None,
+        widths: Mapping[int, ort.InferenceSession] | None = None,
     ) -> None:
         """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads).
 
         `kept`: the dictionary entries of a head cut to a charset (charset.py), in the head's order.
+        `widths`: one session per fixed batch width (shapes.py); each line goes to the narrowest
+        width that holds it and every batch is filled up to `batch_size` rows with blank ones,
+        whose reads are dropped. None: `session` runs batches of any shape.
         """
         self._session = session
+        self._widths = dict(sorted(widths.items())) if widths else None
         self._pool = pool
         self._min_width = min_width
         self._input = session.get_inputs()[0].name
+        self._batch_size = batch_size
         classes = session.get_outputs()[0].shape[-1]
         if not isinstance(classes, int):
             classes = self._probe_classes()
         self._keys = align_keys(keys, classes, "the dictionary", kept)
-        self._batch_size = batch_size
 
     @property
     def keys(self) -> list[str]:
@@ -132,6 +139,11 @@ class TextRecognizer:
         return list(self._keys)
 
     def _probe_classes(self) -> int:
+        if self._widths is not None:
+            # The shape the bucket's session runs anyway: a probe must not give it a second one.
+            width, session = next(iter(self._widths.items()))
+            probe = np.zeros((self._batch_size, 3, _HEIGHT, width), dtype=np.float32)
+            return int(session.run(None, {self._input: probe})[0].shape[-1])
         probe = np.zeros((1, 3, _HEIGHT, _MIN_WIDTH), dtype=np.float32)
         return int(self._session.run(None, {self._input: probe})[0].shape[-1])
 
@@ -139,8 +151,11 @@ class TextRecognizer:
         results: list[LineRead | None] = [None] * len(crops)
         # Sorting by aspect ratio keeps lines of similar width together, so little is padding.
         order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / max(crops[i].shape[0], 1))
+        groups = [order] if self._widths is None else self._width_groups(crops, order)
         batches = [
-            order[start : start + self._batch_size] for start in range(0, len(order), self._batch_size)
+            group[start : start + self._batch_size]
+            for group in groups
+            for start in range(0, len(group), self._batch_size)
         ]
 
         def run(indices: list[int]) -> list[LineRead]:
@@ -152,9 +167,28 @@ class TextRecognizer:
                 results[index] = read
         return [read for read in results if read is not None]
 
+    def _width_groups(self, crops: list[np.ndarray], order: list[int]) -> list[list[int]]:
+        """`order` split by the width bucket each line goes to (the order kept inside each)."""
+        assert self._widths is not None
+        groups: dict[int, list[int]] = {}
+        for index in order:
+            groups.setdefault(self._bucket_of(crops[index]), []).append(index)
+        return list(groups.values())
+
+    def _bucket_of(self, crop: np.ndarray) -> int:
+        assert self._widths is not None
+        width = max(self._min_width, math.ceil(_HEIGHT * crop.shape[1] / max(crop.shape[0], 1)))
+        return choose_width(width, list(self._widths))
+
     def _run_batch(self, crops: list[np.ndarray]) -> list[LineRead]:
         ratios = [crop.shape[1] / max(crop.shape[0], 1) for crop in crops]
         batch_width = max(self._min_width, math.ceil(_HEIGHT * max(ratios)))
+        session = self._session
+        if self._widths is not None:
+            # Every line of the batch goes to one bucket (recognize groups them); a line wider
+            # than the widest bucket is squeezed to it below, as a batch squeezes to its width.
+            batch_width = self._bucket_of(max(crops, key=lambda crop: crop.shape[1] / max(crop.shape[0], 1)))
+            session = self._widths[batch_width]
         tensor = np.zeros((len(crops), 3, _HEIGHT, batch_width), dtype=np.float32)
         widths = []
         for row, (crop, ratio) in enumerate(zip(crops, ratios, strict=True)):
@@ -162,7 +196,10 @@ class TextRecognizer:
             resized = cv2.resize(crop, (width, _HEIGHT), interpolation=cv2.INTER_LINEAR)
             tensor[row, :, :, :width] = _normalize(resized).transpose(2, 0, 1)
             widths.append(width)
-        output = self._session.run(None, {self._input: tensor})[0]
+        if self._widths is not None:
+            tensor = pad_rows(tensor, self._batch_size)
+        # Blank rows added to fill a fixed batch are cut off here, unread.
+        output = session.run(None, {self._input: tensor})[0][: len(crops)]
         return [self._decode(probs, width, batch_width) for probs, width in zip(output, widths, strict=True)]
 
     def _decode(self, probs: np.ndarray, width: int, batch_width: int) -> LineRead:

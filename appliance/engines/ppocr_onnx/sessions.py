@@ -7,6 +7,7 @@ import functools
 import io
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,12 +25,10 @@ CPU = "CPUExecutionProvider"
 
 ProviderChoice = Literal["auto", "cpu", "cuda"]
 
-# Each CUDA session's arena cap (onnxruntime's gpu_mem_limit is per session, not per process).
-# kSameAsRequested grows the arena by what is asked, not by doubling, so one extension cannot jump
-# far past the need. Measured on an H200 (bench/README.md): 1 GiB per session runs out on docs_zh's
-# wide line batches, which several line threads run at once; 4 GiB runs every page. The arenas are
-# not most of the process's GPU memory (7.0 GB in all): the CUDA context and the per-thread cuDNN and
-# cuBLAS workspaces lie outside them.
+# Each CUDA session's arena cap (onnxruntime's gpu_mem_limit is per session, not per process); the
+# engine passes engine.ppocr_onnx.gpu_mem_limit_mb. kSameAsRequested grows the arena by what is
+# asked, not by doubling, so one extension cannot jump far past the need. The CUDA context and the
+# per-thread cuDNN and cuBLAS workspaces lie outside the arenas.
 SESSION_GPU_MEM_LIMIT_MB = 4096
 CUDA_OPTIONS: dict[str, str] = {
     "device_id": "0",
@@ -75,9 +74,11 @@ def _session_options(
     return options
 
 
-def cuda_provider_options(gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB) -> dict[str, str]:
-    """The CUDA provider's options: CUDA_OPTIONS with the arena capped at `gpu_mem_limit_mb`."""
-    return {**CUDA_OPTIONS, "gpu_mem_limit": str(gpu_mem_limit_mb * 1024 * 1024)}
+def cuda_provider_options(
+    gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """CUDA_OPTIONS with the arena capped at `gpu_mem_limit_mb` and `extra` over both."""
+    return {**CUDA_OPTIONS, "gpu_mem_limit": str(gpu_mem_limit_mb * 1024 * 1024), **(extra or {})}
 
 
 @functools.cache
@@ -122,8 +123,11 @@ def create_session(
     graph_level: GraphLevel = "all",
     model: bytes | None = None,
     gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> tuple[ort.InferenceSession, SessionInfo]:
     """Open a model on the requested provider (`model`: the serialized graph to run instead of path's).
+
+    `cuda_options`: CUDA provider options over CUDA_OPTIONS (e.g. cudnn_conv_algo_search).
 
     onnxruntime silently drops to the CPU when the CUDA provider cannot load its libraries, so the
     provider list of the created session is checked: `cuda` then fails loudly, and `auto` records
@@ -146,7 +150,8 @@ def create_session(
             raise ProviderError(f"{path.name}: {cuda_problem}")
         wanted = [CPU]
     providers: list[str | tuple[str, dict[str, str]]] = [
-        (CUDA, cuda_provider_options(gpu_mem_limit_mb)) if name == CUDA else name for name in wanted
+        (CUDA, cuda_provider_options(gpu_mem_limit_mb, cuda_options)) if name == CUDA else name
+        for name in wanted
     ]
     try:
         session = ort.InferenceSession(

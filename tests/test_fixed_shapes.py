@@ -1,0 +1,224 @@
+"""Fixed input shapes: the bucket chosen, the padding added, padded rows dropped, one session per shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from appliance.config import PpocrOnnxConfig
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.ppocr_onnx import engine as engine_module
+from appliance.engines.ppocr_onnx.detection import TextDetector
+from appliance.engines.ppocr_onnx.orientation import LineOrientation
+from appliance.engines.ppocr_onnx.recognition import TextRecognizer
+from appliance.engines.ppocr_onnx.shapes import (
+    choose_bucket,
+    choose_width,
+    detector_buckets,
+    line_widths,
+    pad_page,
+    pad_rows,
+    paper_colour,
+)
+from tests import rendering
+
+
+class _Input:
+    name = "x"
+
+
+class _Output:
+    def __init__(self, classes: int | str) -> None:
+        self.shape = ["n", "t", classes]
+
+
+class _FakeSession:
+    """Records every input it runs; returns what `respond` makes of the input."""
+
+    def __init__(self, respond: Any, classes: int | str = 4) -> None:
+        self.respond = respond
+        self.classes = classes
+        self.inputs: list[np.ndarray] = []
+
+    def get_inputs(self) -> list[_Input]:
+        return [_Input()]
+
+    def get_outputs(self) -> list[_Output]:
+        return [_Output(self.classes)]
+
+    def run(self, _names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        tensor = feeds["x"]
+        self.inputs.append(tensor)
+        return [self.respond(tensor)]
+
+    @property
+    def shapes(self) -> set[tuple[int, ...]]:
+        return {tensor.shape for tensor in self.inputs}
+
+
+def test_detector_buckets_pad_the_short_side_only() -> None:
+    assert detector_buckets(1280) == (
+        (640, 1280),
+        (1280, 640),
+        (960, 1280),
+        (1280, 960),
+        (1280, 1280),
+    )
+    # A limit that is not a multiple of 32: the largest side is what the detector's resize can reach.
+    assert max(max(size) for size in detector_buckets(1000)) == 1024
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "bucket"),
+    [
+        (1280, 600, (1280, 640)),  # a tall receipt
+        (1280, 641, (1280, 960)),
+        (900, 1280, (960, 1280)),  # a landscape page
+        (1280, 1280, (1280, 1280)),
+        (320, 320, (640, 1280)),  # a small page, kept at its size, fits the smallest area
+    ],
+)
+def test_choose_bucket_takes_the_smallest_that_holds_the_page(
+    height: int, width: int, bucket: tuple[int, int]
+) -> None:
+    assert choose_bucket(height, width, detector_buckets(1280)) == bucket
+
+
+def test_choose_bucket_refuses_a_page_larger_than_every_bucket() -> None:
+    with pytest.raises(ValueError, match="no detector bucket"):
+        choose_bucket(1312, 640, detector_buckets(1280))
+
+
+def test_pad_page_fills_with_the_paper_colour_and_moves_nothing() -> None:
+    page = np.full((40, 30, 3), (200, 210, 220), dtype=np.uint8)
+    page[10:20, 5:25] = 0  # ink
+    fill = paper_colour(page)
+    assert fill == (200, 210, 220)
+    padded = pad_page(page, (64, 96), fill)
+    assert padded.shape == (64, 96, 3)
+    assert np.array_equal(padded[:40, :30], page)
+    assert (padded[40:] == (200, 210, 220)).all() and (padded[:, 30:] == (200, 210, 220)).all()
+
+
+def test_line_widths_start_at_the_minimum_width() -> None:
+    assert line_widths(320) == (320, 480, 640, 960, 1280, 1920, 2560, 3200)
+    assert line_widths(160)[:3] == (160, 320, 480)
+    assert choose_width(321, line_widths(320)) == 480
+    assert choose_width(320, line_widths(320)) == 320
+    assert choose_width(5000, line_widths(320)) == 3200  # squeezed to the widest
+
+
+def test_pad_rows_adds_blank_rows() -> None:
+    batch = np.ones((3, 2), dtype=np.float32)
+    padded = pad_rows(batch, 5)
+    assert padded.shape == (5, 2) and (padded[:3] == 1).all() and (padded[3:] == 0).all()
+    with pytest.raises(ValueError):
+        pad_rows(batch, 2)
+
+
+def _probability(tensor: np.ndarray) -> np.ndarray:
+    """A 'probability map' that is the input's first channel, so the crop of the output shows."""
+    return tensor[:, :1].copy()
+
+
+def test_detector_runs_the_bucket_session_and_cuts_the_map_back_to_the_page() -> None:
+    buckets = {size: _FakeSession(_probability) for size in detector_buckets(320)}
+    fallback = _FakeSession(_probability)
+    detector = TextDetector(fallback, 320, 0.3, 0.6, 1.5, buckets=buckets)
+    page = np.full((320, 200, 3), 255, dtype=np.uint8)  # resized as now: 320 x 192
+    probability, scale_y, scale_x = detector.probability_map(page)
+    assert probability.shape == (320, 192)
+    assert (scale_y, scale_x) == (1.0, 192 / 200)
+    assert fallback.inputs == []
+    used = [size for size, session in buckets.items() if session.inputs]
+    assert used == [(320, 256)]  # of (320, 160), (320, 256), (320, 320) and two landscape ones
+    (tensor,) = buckets[used[0]].inputs
+    assert tensor.shape == (1, 3, *used[0])
+    # The padding is the page's paper colour (white here), normalised like the page itself.
+    assert np.allclose(tensor[0, 0, :, 192:], tensor[0, 0, 0, 0])
+
+
+def _steps(tensor: np.ndarray) -> np.ndarray:
+    """CTC 'probabilities' reading class 1 + the row's index, so each row's read is recognisable."""
+    rows = tensor.shape[0]
+    out = np.zeros((rows, 4, 8), dtype=np.float32)
+    for row in range(rows):
+        out[row, :, 1 + row % 7] = 1.0
+    return out
+
+
+def test_recognizer_batches_by_width_bucket_and_drops_padded_rows() -> None:
+    keys = ["blank", "a", "b", "c", "d", "e", "f", "g"]
+    widths = {width: _FakeSession(_steps, classes=8) for width in line_widths(320)}
+    recognizer = TextRecognizer(_FakeSession(_steps, classes=8), keys, 4, 320, widths=widths)
+    # Three narrow lines (<= 320 px at height 48), one of 600 px, one of 10000 px (squeezed).
+    crops = [np.full((48, w, 3), 255, dtype=np.uint8) for w in (100, 600, 200, 300, 10000)]
+    reads = recognizer.recognize(crops)
+    assert len(reads) == len(crops)
+    assert {w for w, s in widths.items() if s.inputs} == {320, 640, 3200}
+    for width, session in widths.items():
+        # Every run of a bucket's session has the bucket's one shape, filled up to 4 rows.
+        assert session.shapes <= {(4, 3, 48, width)}
+    # The narrow lines were rows 0-2 of one batch: each got its own row's read, none a padded row's.
+    assert sorted(reads[i].text for i in (0, 2, 3)) == ["a", "b", "c"]
+    assert reads[1].text == "a" and reads[4].text == "a"
+
+
+def test_orientation_runs_fixed_batches_and_drops_padded_rows() -> None:
+    session = _FakeSession(lambda tensor: np.tile([[0.2, 0.8]], (len(tensor), 1)))
+    orientation = LineOrientation(session, batch_size=8, fixed_batch=True)  # type: ignore[arg-type]
+    crops = [np.full((40, 60, 3), 255, dtype=np.uint8) for _ in range(3)]
+    assert orientation.upside_down_probability(crops) == pytest.approx([0.8] * 3)
+    assert session.shapes == {(8, 3, 80, 160)}
+
+
+class _ShapeRecorder:
+    """Wraps a real session and notes the input shapes it runs."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.shapes: set[tuple[int, ...]] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+        self.shapes.update(tensor.shape for tensor in feeds.values())
+        return self._session.run(names, feeds)
+
+
+def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[tuple[str, _ShapeRecorder]] = []
+    real = engine_module.create_session
+
+    def recording(path: Any, *args: Any, **kwargs: Any) -> Any:
+        session, info = real(path, *args, **kwargs)
+        recorder = _ShapeRecorder(session)
+        opened.append((path.name, recorder))
+        return recorder, info
+
+    monkeypatch.setattr(engine_module, "create_session", recording)
+    config = PpocrOnnxConfig(provider="cpu", fixed_shapes="on", fixed_batch_size=4, det_limit_side_len=640)
+    engine = PpocrOnnxEngine(config)
+    try:
+        assert engine.describe()["fixed_shapes"] is True
+        # 5 detector buckets, 8 line widths, 1 orientation session.
+        assert len(opened) == 5 + 8 + 1
+        assert all(len(recorder.shapes) == 1 for _, recorder in opened)  # warmed at load
+        page = rendering.receipt()
+        lines = engine.recognize(page.bgr()).lines
+        assert lines
+        assert all(len(recorder.shapes) == 1 for _, recorder in opened)
+    finally:
+        engine.close()
+
+
+def test_fixed_shapes_stay_off_on_the_cpu_by_default() -> None:
+    engine = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu"))
+    try:
+        assert engine.describe()["fixed_shapes"] is False
+        assert engine._detector._buckets is None and engine._recognizer._widths is None
+    finally:
+        engine.close()
