@@ -205,8 +205,12 @@ def verify(path: Path) -> VerifyResult:
     except OSError as error:
         return VerifyResult(False, 0, GENESIS_HASH, None, Problem.UNREADABLE, f"cannot read {path}: {error}")
     lines = data.split(b"\n")
-    complete = lines[:-1]  # the part after the last newline is b"" for a whole file
-    torn = lines[-1]
+    # The part after the last newline is b"" for a whole file.
+    return verify_entries(lines[:-1], torn=lines[-1])
+
+
+def verify_entries(complete: Sequence[bytes], torn: bytes = b"") -> VerifyResult:
+    """Check a chain given as its entries' JSON, in stored order (file lines or database rows)."""
     parsed = [_parse(line) for line in complete]
     later_seqs = [entry["seq"] if entry else None for entry in parsed]
     expected_seq, prev_hash = 1, GENESIS_HASH

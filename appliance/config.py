@@ -320,6 +320,35 @@ class PathsConfig(_Strict):
     """Where the appliance keeps its own state: the journal and the spool of claimed files."""
 
     state_dir: Path = Path("/var/lib/ocr-appliance")
+    # The spool of claimed files (None: state_dir/spool). Appliances that share one PostgreSQL
+    # journal must share it too, on the mount their hot folders are on, so any node can read and
+    # finish any job.
+    spool_dir: Path | None = None
+
+    def spool(self) -> Path:
+        return self.spool_dir or self.state_dir / "spool"
+
+
+class JournalConfig(_Strict):
+    """Where jobs are recorded: an SQLite file for one box, or PostgreSQL shared by several appliances."""
+
+    backend: Literal["sqlite", "postgresql"] = "sqlite"
+    # A libpq connection string for postgresql, e.g. "host=/run/postgresql dbname=ocr user=ocr"
+    # (a unix socket) or "host=10.0.0.5 port=5432 dbname=ocr user=ocr sslmode=verify-full". A
+    # password belongs in the service's PGPASSFILE, never in this file.
+    dsn: str | None = None
+    # How this appliance is named in the cluster's status (None: the host name).
+    node_name: str | None = Field(default=None, min_length=1, max_length=100)
+    # A running job is this node's while it renews the job's lease (every third of this); once a
+    # lease has run out (the node was killed, powered off or cut off) another node reads the job.
+    lease_seconds: StrictFloat = Field(default=30.0, ge=3.0, le=3600.0)
+    pool_size: StrictInt = Field(default=4, ge=2, le=64)
+
+    @model_validator(mode="after")
+    def _postgresql_needs_dsn(self) -> JournalConfig:
+        if self.backend == "postgresql" and not self.dsn:
+            raise ValueError("journal.dsn is required with journal.backend: postgresql")
+        return self
 
 
 class LoggingConfig(_Strict):
@@ -391,6 +420,16 @@ class AppConfig(_Strict):
     repair: RepairConfig = RepairConfig()
     logging: LoggingConfig = LoggingConfig()
     api: ApiConfig = ApiConfig()
+    journal: JournalConfig = JournalConfig()
+
+    @model_validator(mode="after")
+    def _shared_journal_shares_the_spool(self) -> AppConfig:
+        if self.journal.backend == "postgresql" and self.paths.spool_dir is None:
+            raise ValueError(
+                "paths.spool_dir must be set with journal.backend: postgresql (a folder every node "
+                "shares, on the hot folders' mount): any node must be able to read any claimed file"
+            )
+        return self
 
     @model_validator(mode="after")
     def _folders_name_known_profiles(self) -> AppConfig:
@@ -458,8 +497,10 @@ def _resolve_paths(raw: dict[str, object], base: Path) -> dict[str, object]:
                     if isinstance(value, str):
                         folder[key] = base / value
     paths = raw.get("paths")
-    if isinstance(paths, dict) and isinstance(paths.get("state_dir"), str):
-        paths["state_dir"] = base / paths["state_dir"]
+    if isinstance(paths, dict):
+        for key in ("state_dir", "spool_dir"):
+            if isinstance(paths.get(key), str):
+                paths[key] = base / paths[key]
     engine = raw.get("engine")
     if isinstance(engine, dict) and isinstance(engine.get("ppocr_onnx"), dict):
         ppocr = engine["ppocr_onnx"]

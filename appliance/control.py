@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from appliance.journal import Job, JobState, Journal, Transition
+from appliance.journal import Job, JobJournal, JobState, Transition
 
 T = TypeVar("T")
 
@@ -123,7 +123,7 @@ class Controlled(Protocol):
     """What Control needs of a running daemon (appliance.daemon.Daemon has it); control never imports it."""
 
     @property
-    def journal(self) -> Journal: ...
+    def journal(self) -> JobJournal: ...
 
     def snapshot_status(self) -> Status: ...
 

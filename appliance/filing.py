@@ -17,7 +17,7 @@ import jsonschema
 
 from appliance.config import AppConfig, HotFolderConfig, OutputFormat
 from appliance.errors import FailureReason
-from appliance.journal import Job, JobState, Journal
+from appliance.journal import Job, JobJournal, JobState
 from appliance.names import NAME_MAX, display, fit_name, name_bytes
 from appliance.outputs.atomic import fsync_directory, write_atomic
 from appliance.outputs.reissue import reissue
@@ -80,7 +80,7 @@ class Filing:
     """
 
     def __init__(
-        self, config: AppConfig, journal: Journal, recent_errors: collections.deque[dict[str, Any]]
+        self, config: AppConfig, journal: JobJournal, recent_errors: collections.deque[dict[str, Any]]
     ) -> None:
         self._journal = journal
         self._recent_errors = recent_errors

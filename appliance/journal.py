@@ -1,4 +1,8 @@
-"""Crash-safe job journal: one SQLite file in WAL mode, the single source of truth for every claimed file."""
+"""Crash-safe job journal: one SQLite file in WAL mode, the single source of truth for every claimed file.
+
+It also defines what every journal backend offers (`JobJournal`) and the job model they share;
+`appliance.cluster.journal` is the PostgreSQL backend that several appliances share.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Protocol
 
 from appliance.errors import ApplianceError, FailureReason
 from appliance.names import display
@@ -83,6 +88,25 @@ class Job:
     duplicate_of: str | None
     # Why a failed job failed, as a code (the reason beside it is prose for people); None otherwise.
     failure: FailureReason | None = None
+    # A shared journal's running job: the node that holds it and the token of its lease (a new one
+    # each time the job is started), which fences a node that lost the lease. None on SQLite.
+    lease_node: str | None = None
+    lease_token: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One appliance of a cluster sharing a journal, as its last heartbeat left it."""
+
+    id: str
+    name: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    # How long ago its last heartbeat was, on the database's clock (so node clocks do not matter).
+    seconds_since_heartbeat: float
+    running: int
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,6 +123,25 @@ class Transition:
 
 class JournalError(ApplianceError):
     """The journal file cannot be used: not a journal, written by a newer appliance, or not WAL-capable."""
+
+
+class LeaseLostError(Exception):
+    """The running job's lease is no longer this node's: another node may be reading it now.
+
+    Whatever this node has of the job is stale and must not be recorded.
+    """
+
+    def __init__(self, job_id: str, detail: str) -> None:
+        super().__init__(f"job {job_id}: lease lost ({detail})")
+        self.job_id = job_id
+
+
+class AlreadyClaimedError(Exception):
+    """Another node journalled this very file first (same file identity and content)."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"{job.relative_path} is already job {job.id}")
+        self.job = job
 
 
 class InvalidTransition(Exception):  # noqa: N818 - the name is part of the journal's API
@@ -235,6 +278,94 @@ def _check_page(limit: int, offset: int = 0) -> None:
         raise ValueError(f"limit and offset must not be negative (got {limit}, {offset})")
 
 
+# The rules every backend applies when a running job stops without a result: one place, so the
+# SQLite and PostgreSQL journals cannot drift apart.
+Outcome = tuple[JobState, str, FailureReason | None]
+
+
+def retry_outcome(job: Job, reason: str, max_attempts: int) -> Outcome:
+    """A transient error: queued again, or failed once the attempts are used up."""
+    if job.attempts >= max_attempts:
+        return JobState.FAILED, f"gave up after {job.attempts} attempts: {reason}", FailureReason.GAVE_UP
+    return JobState.QUEUED, reason, None
+
+
+def died_outcome(job: Job, reason: str, max_attempts: int) -> Outcome:
+    """The job's worker died: queued again, or failed as poison once the attempts are used up.
+
+    The attempt was counted by start_next. No backoff: a worker lost to a crash is replaced at
+    once, and the file has at most max_attempts tries.
+    """
+    if job.attempts >= max_attempts:
+        poison = f"poison: killed its worker {job.attempts} times ({reason})"
+        return JobState.FAILED, poison, FailureReason.POISON
+    return JobState.QUEUED, reason, None
+
+
+def crash_outcome(crashes: int, max_restarts: int, reason: str) -> Outcome:
+    """The daemon (or the node) reading the job died: queued again, or failed at max_restarts crashes."""
+    if crashes >= max_restarts:
+        failed = f"crashed_daemon: it was being read at each of {crashes} daemon crashes ({reason})"
+        return JobState.FAILED, failed, FailureReason.CRASHED_DAEMON
+    return JobState.QUEUED, reason, None
+
+
+class JobJournal(Protocol):
+    """What the daemon and its collaborators need of a journal, whichever backend keeps it."""
+
+    max_attempts: int
+
+    def close(self) -> None: ...
+    def add(
+        self,
+        *,
+        sha256: str,
+        source_folder: str,
+        relative_path: str,
+        name: str,
+        size: int,
+        spool_path: str,
+        profile: str = "default",
+        priority: int = 0,
+        reason: str = "claimed",
+        identity: str | None = None,
+        now: float | None = None,
+    ) -> Job: ...
+    def get(self, job_id: str) -> Job | None: ...
+    def start_next(self, now: float | None = None) -> Job | None: ...
+    def finish(
+        self,
+        job_id: str,
+        state: JobState,
+        reason: str,
+        outputs: dict[str, str] | None = None,
+        duplicate_of: str | None = None,
+        *,
+        failure: FailureReason | None = None,
+        audit: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> Job: ...
+    def retry_later(
+        self, job_id: str, reason: str, delay_seconds: float, *, now: float | None = None
+    ) -> Job: ...
+    def worker_died(self, job_id: str, reason: str, *, now: float | None = None) -> Job: ...
+    def release(self, job_id: str, reason: str, *, now: float | None = None) -> Job: ...
+    def fence(self, job_id: str) -> None: ...
+    def renew_leases(self, stats: Mapping[str, Any] | None = None) -> list[str]: ...
+    def reclaim_expired(self, *, now: float | None = None) -> list[Job]: ...
+    def nodes(self) -> list[NodeStatus]: ...
+    def latest_seq(self) -> int: ...
+    def find_by_spool_path(self, spool_path: str) -> Job | None: ...
+    def recover(self, *, now: float | None = None) -> list[Job]: ...
+    def find_done_by_sha256(self, sha256: str) -> Job | None: ...
+    def jobs(self, state: JobState | None = None, limit: int = 100, offset: int = 0) -> list[Job]: ...
+    def counts(self) -> dict[JobState, int]: ...
+    def transitions(
+        self, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[Transition]: ...
+    def prune(self, older_than_seconds: float, now: float | None = None) -> list[Job]: ...
+
+
 class Journal:
     """The job journal. Use from one thread at a time; any thread may be that thread.
 
@@ -242,7 +373,14 @@ class Journal:
     SQLite's write lock first (`BEGIN IMMEDIATE`), so two of them never hand out the same job.
     """
 
-    def __init__(self, path: Path, max_attempts: int = 3, max_restarts: int = MAX_DAEMON_RESTARTS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_attempts: int = 3,
+        max_restarts: int = MAX_DAEMON_RESTARTS,
+        *,
+        audit_sink: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1 (got {max_attempts})")
         if max_restarts < 1:
@@ -250,6 +388,9 @@ class Journal:
         self.path = path
         self.max_attempts = max_attempts
         self.max_restarts = max_restarts
+        # Where a finished job's audit record goes: a hash-chained file beside this one, appended
+        # just after the job's state commits (PostgreSQL keeps both in one transaction).
+        self._audit_sink = audit_sink
         # Calls are serialised by this lock, so the connection may move between threads
         # (created by the daemon's main thread, used by its scheduler thread).
         self._lock = threading.Lock()
@@ -423,9 +564,15 @@ class Journal:
         profile: str = "default",
         priority: int = 0,
         reason: str = "claimed",
+        identity: str | None = None,
         now: float | None = None,
     ) -> Job:
-        """Record a newly claimed file as queued."""
+        """Record a newly claimed file as queued.
+
+        `identity` (the claimed file's device, inode and mtime) matters only to a shared journal,
+        where two nodes may claim one file; one daemon owns an SQLite journal and its claim's
+        atomic rename already makes a file its own once.
+        """
         at = time.time() if now is None else now
         job_id = uuid.uuid4().hex
         with self._write() as conn:
@@ -486,11 +633,13 @@ class Journal:
         duplicate_of: str | None = None,
         *,
         failure: FailureReason | None = None,
+        audit: Mapping[str, Any] | None = None,
         now: float | None = None,
     ) -> Job:
         """Close a job: running → done, review or failed; queued → done or failed (never ran).
 
-        A failed job records `failure`, its reason code (internal when none is given).
+        A failed job records `failure`, its reason code (internal when none is given); `audit` is
+        the document's audit record, handed to the audit sink once the change has committed.
         """
         at = time.time() if now is None else now
         with self._write() as conn:
@@ -501,9 +650,12 @@ class Journal:
                 if duplicate_of == job_id:
                     raise ValueError(f"job {job_id} cannot be a duplicate of itself")
                 self._load(conn, duplicate_of)
-            return self._move(
+            finished = self._move(
                 conn, job, state, reason, at, outputs=outputs, duplicate_of=duplicate_of, failure=failure
             )
+        if audit is not None and self._audit_sink is not None:
+            self._audit_sink(audit)
+        return finished
 
     def retry_later(self, job_id: str, reason: str, delay_seconds: float, *, now: float | None = None) -> Job:
         """Requeue a running job after a transient error, or fail it once its attempts are used up."""
@@ -514,10 +666,8 @@ class Journal:
             job = self._load(conn, job_id)
             if job.state is not JobState.RUNNING:
                 raise InvalidTransition(job_id, job.state, JobState.QUEUED)
-            if job.attempts >= self.max_attempts:
-                gave_up = f"gave up after {job.attempts} attempts: {reason}"
-                return self._move(conn, job, JobState.FAILED, gave_up, at, failure=FailureReason.GAVE_UP)
-            return self._move(conn, job, JobState.QUEUED, reason, at, not_before=at + delay_seconds)
+            state, why, failure = retry_outcome(job, reason, self.max_attempts)
+            return self._move(conn, job, state, why, at, not_before=at + delay_seconds, failure=failure)
 
     def worker_died(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """Requeue a job whose worker died, or fail it as poison once it has used all its attempts."""
@@ -528,12 +678,8 @@ class Journal:
     def _died(self, conn: sqlite3.Connection, job: Job, reason: str, at: float) -> Job:
         if job.state is not JobState.RUNNING:
             raise InvalidTransition(job.id, job.state, JobState.QUEUED)
-        if job.attempts >= self.max_attempts:
-            poison = f"poison: killed its worker {job.attempts} times ({reason})"
-            return self._move(conn, job, JobState.FAILED, poison, at, failure=FailureReason.POISON)
-        # The attempt was counted by start_next. No backoff: a worker lost to a crash is replaced
-        # at once, and the file has at most max_attempts tries.
-        return self._move(conn, job, JobState.QUEUED, reason, at)
+        state, why, failure = died_outcome(job, reason, self.max_attempts)
+        return self._move(conn, job, state, why, at, failure=failure)
 
     def release(self, job_id: str, reason: str, *, now: float | None = None) -> Job:
         """Give a running job back to the queue without using up an attempt.
@@ -547,6 +693,27 @@ class Journal:
             if job.state is not JobState.RUNNING:
                 raise InvalidTransition(job_id, job.state, JobState.QUEUED)
             return self._move(conn, job, JobState.QUEUED, reason, at, attempts=max(0, job.attempts - 1))
+
+    # -- leases: a shared journal's; one daemon owns an SQLite journal, so it has none to keep ----
+
+    def fence(self, job_id: str) -> None:
+        """Check that this daemon may still record the running job's result (always, on SQLite)."""
+        job = self.get(job_id)
+        if job is None:
+            raise UnknownJobError(job_id)
+        if job.state is not JobState.RUNNING:
+            raise LeaseLostError(job_id, f"it is {job.state}, not running")
+
+    def renew_leases(self, stats: Mapping[str, Any] | None = None) -> list[str]:
+        """Nothing to renew: a crash is found by `recover` at the next start."""
+        return []
+
+    def reclaim_expired(self, *, now: float | None = None) -> list[Job]:
+        return []
+
+    def nodes(self) -> list[NodeStatus]:
+        """No cluster: the one daemon's status is its own."""
+        return []
 
     def latest_seq(self) -> int:
         """The newest transition's seq (0 when there is none): where a watcher of new events starts."""
@@ -584,21 +751,9 @@ class Journal:
             "SELECT count(*) FROM transitions WHERE job_id = ? AND from_state = ? AND reason = ?",
             (job.id, JobState.RUNNING.value, RECOVER_REASON),
         ).fetchone()
-        crashes = int(earlier) + 1
         attempts = max(0, job.attempts - 1)  # start_next counted one; the worker did not die
-        if crashes >= self.max_restarts:
-            reason = f"crashed_daemon: it was being read at each of {crashes} daemon crashes"
-            reason += f" ({RECOVER_REASON})"
-            return self._move(
-                conn,
-                job,
-                JobState.FAILED,
-                reason,
-                at,
-                attempts=attempts,
-                failure=FailureReason.CRASHED_DAEMON,
-            )
-        return self._move(conn, job, JobState.QUEUED, RECOVER_REASON, at, attempts=attempts)
+        state, why, failure = crash_outcome(int(earlier) + 1, self.max_restarts, RECOVER_REASON)
+        return self._move(conn, job, state, why, at, attempts=attempts, failure=failure)
 
     def find_done_by_sha256(self, sha256: str) -> Job | None:
         """The most recent original result (done or review, not itself a duplicate) for this content."""

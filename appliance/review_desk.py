@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ from appliance.control import (
     ReviewItem,
 )
 from appliance.filing import Filing
-from appliance.journal import Job, JobState, Journal
+from appliance.journal import Job, JobJournal, JobState
+from appliance.names import display_all
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import output_paths
 from appliance.review import (
@@ -45,17 +45,15 @@ class ReviewDesk:
 
     def __init__(
         self,
-        journal: Journal,
+        journal: JobJournal,
         filing: Filing,
         site_dictionary: SiteDictionary,
         stats: DaemonStats,
-        append_audit: Callable[[dict[str, Any] | None], None],
     ) -> None:
         self._journal = journal
         self._filing = filing
         self._site_dictionary = site_dictionary
         self._stats = stats
-        self._append_audit = append_audit
 
     def send(
         self,
@@ -65,10 +63,9 @@ class ReviewDesk:
         audit: dict[str, Any] | None,
         confidence: str,
     ) -> None:
-        """Record a read document as waiting for review; its original waits in the spool."""
+        """Record a read document as waiting for review, with its audit entry; its original stays spooled."""
         joined = "; ".join(reasons)
-        self._journal.finish(job.id, JobState.REVIEW, f"review: {joined}", outputs)
-        self._append_audit(audit)
+        self._journal.finish(job.id, JobState.REVIEW, f"review: {joined}", outputs, audit=audit)
         self._stats.review += 1
         log.warning(
             "review %s: %s (confidence %s)",
@@ -154,18 +151,21 @@ class ReviewDesk:
         if original is not None:
             outputs["original"] = str(original)
         finished = self._journal.finish(
-            job_id, JobState.DONE, f"review resolved: {len(fields)} field(s) corrected", outputs
-        )
-        self._append_audit(
-            {
-                "job_id": job_id,
-                "document": {"name": job.name, "sha256": job.sha256},
-                "route": "review",
-                "resolution": "done",
-                "corrected_fields": dict(fields),
-                "text_corrected": text is not None,
-                "outputs": outputs,
-            }
+            job_id,
+            JobState.DONE,
+            f"review resolved: {len(fields)} field(s) corrected",
+            outputs,
+            audit=display_all(
+                {
+                    "job_id": job_id,
+                    "document": {"name": job.name, "sha256": job.sha256},
+                    "route": "review",
+                    "resolution": "done",
+                    "corrected_fields": dict(fields),
+                    "text_corrected": text is not None,
+                    "outputs": outputs,
+                }
+            ),
         )
         self._filing.settle_finished(finished)
         shutil.rmtree(review_json.parent, ignore_errors=True)

@@ -44,7 +44,10 @@ def test_same_filesystem_claim_is_a_rename(tmp_path: Path) -> None:
     assert claimed.sha256 == hashlib.sha256(b"%PDF-1.7 content").hexdigest()
     assert claimed.relative_path == "sub/scan.pdf"
     record = json.loads((claimed.spool_path.parent / CLAIM_RECORD).read_text(encoding="utf-8"))
-    assert record == {"source_folder": str(inbox), "relative_path": "sub/scan.pdf"}
+    found = claimed.spool_path.stat()
+    identity = f"{found.st_dev}:{found.st_ino}:{found.st_mtime_ns}"  # a rename keeps all three
+    assert claimed.identity == identity
+    assert record == {"source_folder": str(inbox), "relative_path": "sub/scan.pdf", "identity": identity}
 
 
 def test_other_filesystem_claim_copies_checks_and_unlinks(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ class Claimed:
     # Why the kernel could not be asked whether a writer still had the file open (None: it was
     # asked, and none had); the claim then rested on the settle time and the format check alone.
     writer_check_unavailable: str | None = None
+    # The file as it lay in the hot folder (device, inode, mtime in ns): with the sha256, what a
+    # shared journal keys a claim on, so two nodes that both see one file cannot both journal it.
+    identity: str | None = None
 
 
 class ClaimChangedError(Exception):
@@ -136,12 +140,14 @@ def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
     try:
         lease = take_read_lease(fd)
         try:
+            found = os.fstat(fd)
+            identity = f"{found.st_dev}:{found.st_ino}:{found.st_mtime_ns}"
             job_dir = spool_dir / uuid.uuid4().hex
             job_dir.mkdir(parents=True)
             # The spooled file keeps its original name: the reader's messages and the result name it.
             target = job_dir / path.name
             try:
-                record = {"source_folder": str(hot_folder), "relative_path": relative}
+                record = {"source_folder": str(hot_folder), "relative_path": relative, "identity": identity}
                 write_atomic(job_dir / CLAIM_RECORD, json.dumps(record).encode())
                 path.rename(target)
             except OSError as error:
@@ -162,21 +168,28 @@ def claim(path: Path, hot_folder: Path, spool_dir: Path) -> Claimed:
         str(hot_folder),
         relative,
         writer_check_unavailable=lease.unavailable,
+        identity=identity,
     )
 
 
-def orphaned_claims(spool_dir: Path, known_spool_paths: set[str]) -> list[Claimed]:
+def orphaned_claims(spool_dir: Path, known_spool_paths: set[str], min_age: float = 0.0) -> list[Claimed]:
     """Spool folders holding a claimed file that the journal does not know (a crash after the move).
 
     Folders with a claim record but no file are removed: the move never happened and the file is
-    still in its hot folder, where the next scan finds it.
+    still in its hot folder, where the next scan finds it. A spool shared by several nodes holds
+    other nodes' claims in progress too: only claim records older than `min_age` seconds are
+    looked at there.
     """
     orphans: list[Claimed] = []
     if not spool_dir.is_dir():
         return orphans
+    now = time.time()
     for job_dir in sorted(spool_dir.iterdir()):
         try:
-            record = json.loads((job_dir / CLAIM_RECORD).read_text(encoding="utf-8"))
+            record_path = job_dir / CLAIM_RECORD
+            if min_age and now - record_path.stat().st_mtime < min_age:
+                continue
+            record = json.loads(record_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         target = job_dir / Path(record["relative_path"]).name
@@ -192,6 +205,7 @@ def orphaned_claims(spool_dir: Path, known_spool_paths: set[str]) -> list[Claime
                 target.stat().st_size,
                 record["source_folder"],
                 record["relative_path"],
+                identity=record.get("identity"),
             )
         )
     return orphans

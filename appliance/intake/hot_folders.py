@@ -217,7 +217,11 @@ class HotFolders:
             except Exception:  # one spool folder must not stop every start from here on
                 log.exception("cannot reconcile the spool folder %s; left as it is", job_dir)
         try:
-            orphans = orphaned_claims(self._spool, known)
+            # A spool shared by nodes of one PostgreSQL journal holds their claims in progress
+            # too: a claim record is an orphan only once older than any claim can take.
+            shared = self._config.journal.backend == "postgresql"
+            min_age = self._config.intake.incomplete_timeout_seconds if shared else 0.0
+            orphans = orphaned_claims(self._spool, known, min_age)
         except Exception:
             log.exception("cannot look for orphaned claims in %s", self._spool)
             orphans = []

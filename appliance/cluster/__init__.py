@@ -1,0 +1,1 @@
+"""Several appliances as one service: the PostgreSQL journal, its audit chain and the cluster's nodes."""
