@@ -23,9 +23,10 @@ DOCDIR ?= $(PREFIX)/share/doc/ocr-appliance
 
 # Build needs of systemd-python; fonts for the pages the tests render (Latin and CJK); systemd's
 # analyzer and strace for the service tests, nspawn and debootstrap to run the unit under a real
-# systemd (tests/test_systemd_real.py); Tesseract for the benchmark baseline.
+# systemd (tests/test_systemd_real.py); PostgreSQL's server for the shared journal's tests, which start
+# a throwaway cluster of their own (tests/pg_server.py); Tesseract for the benchmark baseline.
 APT_BUILD = libsystemd-dev pkg-config gcc g++ cmake
-APT_TEST = fonts-dejavu-core fonts-wqy-microhei systemd strace systemd-container debootstrap
+APT_TEST = fonts-dejavu-core fonts-wqy-microhei systemd strace systemd-container debootstrap postgresql
 APT_BENCH = tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 
 # llama-cpp-python (the optional `vlm` extra, `make vlm`) builds llama.cpp from its sdist: with CUDA
