@@ -133,9 +133,7 @@ def _cmd_models_verify(args: argparse.Namespace) -> ExitCode:
 def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
     from appliance.engines.factory import build_engine
     from appliance.outputs.writer import write_outputs
-    from appliance.pipeline.process import DocumentProcessor, route_document
-    from appliance.pipeline.rasterize import Rasterizer
-    from appliance.review import SiteDictionary
+    from appliance.pipeline.read_job import JobFile, JobReader, ReadOptions
 
     config = _load_checked(args.config)
     formats: tuple[OutputFormat, ...] = tuple(args.format) if args.format else config.outputs.formats
@@ -143,13 +141,15 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
         raise ConfigError(f"no profile {args.profile!r}; the config has {', '.join(sorted(config.profiles))}")
     engine = build_engine(config.engine)
     # One-shot reads use a profile's preprocessing, cascade and routing and the configured repair
-    # rules and site dictionary, like the daemon, so the same file gives the same result and route
-    # either way: a site tries its routing on samples before going live. Nothing is moved to a
-    # review folder; the route is in the results and on stdout.
-    profile = config.profiles[args.profile]
-    site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json").load()
-    processor = DocumentProcessor(
-        engine, Rasterizer(config.rasterize), config.repair, profile.preprocess, profile.cascade
+    # rules and site dictionary, like the daemon (the same JobReader), so the same file gives the
+    # same result and route either way: a site tries its routing on samples before going live.
+    # Nothing is moved to a review folder; the route is in the results and on stdout.
+    reader = JobReader(engine, config.rasterize)
+    options = ReadOptions(
+        profile=config.profiles[args.profile],
+        repair=config.repair,
+        pdf_images="pdf" in formats,
+        site_dictionary=config.paths.state_dir / "site_dictionary.json",
     )
     failed = 0
     for path in args.files:
@@ -158,19 +158,23 @@ def _cmd_process(args: argparse.Namespace, stop: threading.Event) -> ExitCode:
         try:
             if not path.is_file():
                 raise DocumentError.missing(path)
-            document = processor.process(path, should_stop=stop.is_set)
-            decision = route_document(document, profile.routing, site_dictionary)
+            read = reader.read(JobFile(path), options, should_stop=stop.is_set)
         except InterruptedError:
             return ExitCode.INTERRUPTED
         except DocumentError as error:
             failed += 1
             print(f"{path}: failed ({error.reason.value}): {error.message}", file=sys.stderr)
             continue
-        try:
-            written = write_outputs(document, args.out, path.name, formats, source_path=path)
-        except OSError as error:
-            print(f"{path}: cannot write results to {args.out}: {error}", file=sys.stderr)
-            return ExitCode.OUTPUT_FAILED
+        with read:
+            document, decision = read.document, read.decision
+            try:
+                images = read.pages.pdf_pages()
+                written = write_outputs(
+                    document, args.out, path.name, formats, source_path=path, page_images=images
+                )
+            except OSError as error:
+                print(f"{path}: cannot write results to {args.out}: {error}", file=sys.stderr)
+                return ExitCode.OUTPUT_FAILED
         confidence = "n/a" if document.confidence is None else f"{document.confidence:.3f}"
         why = f" ({'; '.join(decision.reasons)})" if decision.reasons else ""
         print(

@@ -25,11 +25,12 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from appliance.audit import AuditLog
+from appliance.cluster.keeper import LeaseKeeper
 from appliance.config import AppConfig, HotFolderConfig, ProfileConfig, load_config
 from appliance.control import (
     DaemonState,
@@ -43,7 +44,8 @@ from appliance.errors import ConfigError, FailureReason
 from appliance.filing import Filing
 from appliance.intake.claim import Claimed
 from appliance.intake.hot_folders import HotFolders
-from appliance.journal import Job, JobState, Journal
+from appliance.journal import AlreadyClaimedError, Job, JobJournal, JobState, LeaseLostError
+from appliance.journals import open_journal
 from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
 from appliance.review import SiteDictionary
@@ -94,10 +96,9 @@ class Daemon:
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
         self._next_review_check = 0.0
         self.last_reload_error = ""
-        state_dir = config.paths.state_dir
-        self._spool = state_dir / "spool"
-        self._journal_path = state_dir / "journal.sqlite3"
-        self._journal: Journal | None = None
+        self._spool = config.paths.spool()
+        self._journal: JobJournal | None = None
+        self._lease_keeper: LeaseKeeper | None = None
         self._workers = [
             Worker(f"ocr-worker-{index}", engine_factory, config.rasterize)
             for index in range(config.jobs.workers)
@@ -115,7 +116,7 @@ class Daemon:
         self._hot_folders: HotFolders
 
     @property
-    def journal(self) -> Journal:
+    def journal(self) -> JobJournal:
         assert self._journal is not None, "the daemon has not started"
         return self._journal
 
@@ -132,15 +133,18 @@ class Daemon:
                 directory.mkdir(parents=True, exist_ok=True)
         self._spool.mkdir(parents=True, exist_ok=True)
         self._take_instance_lock()
-        self._journal = Journal(self._journal_path, max_attempts=self._config.jobs.max_attempts)
+        self._journal = open_journal(self._config, self._append_audit)
         self._filing = Filing(self._config, self._journal, self.recent_errors)
-        self._review = ReviewDesk(
-            self._journal, self._filing, self._site_dictionary, self.stats, self._append_audit
-        )
+        self._review = ReviewDesk(self._journal, self._filing, self._site_dictionary, self.stats)
         for job in self.journal.recover():
             log.warning("job %s (%s) was running when the daemon stopped: %s", job.id, job.name, job.state)
             if job.state is JobState.FAILED:
                 self._filing.settle_finished(job)
+        if self._config.journal.backend == "postgresql":
+            self._lease_keeper = LeaseKeeper(
+                self.journal, self._config.journal.lease_seconds, self._node_stats, self._settle_on_loop
+            )
+            self._lease_keeper.start()
         self._hot_folders = HotFolders(
             self._config,
             self._spool,
@@ -194,6 +198,33 @@ class Daemon:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._lock_handle = handle
+
+    def _node_stats(self) -> dict[str, Any]:
+        """What this node tells the cluster with each heartbeat (`ocr-appliance status` on any node)."""
+        status = self._board.snapshot(
+            state=self.state,
+            counts=dict.fromkeys(JobState, 0),
+            engine={},
+            workers=len(self._workers),
+            workers_busy=len(self._jobs_by_worker),
+            gpu_memory_budget_bytes=None,
+            vlm_disabled=None,
+        )
+        return {
+            "state": self.state.value,
+            "done": self.stats.done,
+            "failed": self.stats.failed,
+            "review": self.stats.review,
+            "duplicates": self.stats.duplicates,
+            "workers": len(self._workers),
+            "workers_busy": len(self._jobs_by_worker),
+            "pages_per_second_1m": round(status.pages_per_second.get("1m", 0.0), 3),
+            "pages_per_second_15m": round(status.pages_per_second.get("15m", 0.0), 3),
+        }
+
+    def _settle_on_loop(self, job: Job) -> None:
+        """Move a job's file out of the spool from the loop thread (asked from another thread)."""
+        self._commands.put((lambda: self._filing.settle_finished(job), concurrent.futures.Future()))
 
     def _model_ids(self) -> str:
         models = self.engine_description.get("models", [])
@@ -350,6 +381,7 @@ class Daemon:
         self._notifier.stopping()
         self._hot_folders.stop()
         busy = [worker for worker in self._workers if worker.busy]
+        # Leases are renewed until the running jobs are finished or released below.
         for worker in busy:
             worker.request_stop()  # the worker stops between pages and reports the job interrupted
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
@@ -360,10 +392,15 @@ class Daemon:
             if worker.busy:
                 job = self._jobs_by_worker.pop(worker.name)
                 worker.kill()
-                self.journal.release(job.id, "daemon stopped while the job was running")
+                try:
+                    self.journal.release(job.id, "daemon stopped while the job was running")
+                except LeaseLostError as error:
+                    log.warning("%s; another node reads it", error)
             worker.shutdown()
         self._hot_folders.join()
         self._fail_pending_commands()
+        if self._lease_keeper is not None:
+            self._lease_keeper.stop()
         if self._journal is not None:
             self._journal.close()
         if self._lock_handle is not None:
@@ -386,6 +423,7 @@ class Daemon:
             spool_path=str(claimed.spool_path),
             profile=folder.profile,
             priority=self._config.profiles[folder.profile].priority,
+            identity=claimed.identity,
         )
 
     # -- intake: the hot folders hand each claim here --------------------------------------------------
@@ -396,6 +434,10 @@ class Daemon:
         self._next_status = 0.0
         try:
             job = self._journal_add(claimed, folder)
+        except AlreadyClaimedError as error:
+            # Another node journalled this very file first (a shared mount seen by both).
+            log.info("claimed %s, but %s", relative, error)
+            return
         except Exception:
             # The claim record in the spool lets the next start queue it (an orphan), as after a crash.
             log.exception("claimed %s but cannot journal it; it is queued at the next start", relative)
@@ -470,11 +512,14 @@ class Daemon:
                 review_dir=str(self._filing.review_dir(folder)),
                 audit_dir=str(self._filing.audit_dir(folder)),
                 relative_path=job.relative_path,
-                site_dictionary=self._site_dictionary.load(),
+                site_dictionary_path=str(self._site_dictionary.path),
+                sha256=job.sha256,
                 vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if _calls_vlm(profile) else None,
+                fenced=self._lease_keeper is not None,
             )
             if request.vlm_skip_reason:
                 log.warning("job %s (%s): no VLM this time, %s", job.id, job.name, request.vlm_skip_reason)
+            worker.publish_gate = self._may_publish
             worker.submit(request)
             self._jobs_by_worker[worker.name] = job
             log.debug("job %s (%s) started on %s, attempt %d", job.id, job.name, worker.name, job.attempts)
@@ -491,6 +536,8 @@ class Daemon:
                 self._vlm_breaker.finished(job.id)
                 try:
                     self._finish(job, outcome)
+                except LeaseLostError as error:
+                    self._lease_lost(job, error)
                 except Exception as error:  # one file's fault must cost that file, not the daemon
                     self._finish_fault(job, error)
                 continue
@@ -502,7 +549,13 @@ class Daemon:
                 continue
             self._jobs_by_worker.pop(worker.name)
             worker.kill()
-            updated = self.journal.worker_died(job.id, reason)
+            try:
+                updated = self.journal.worker_died(job.id, reason)
+            except LeaseLostError as error:
+                self._lease_lost(job, error)
+                if restart:
+                    worker.start()
+                continue
             if _calls_vlm(self._config.profile(job.profile)):
                 self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
             log.error(
@@ -520,16 +573,43 @@ class Daemon:
                 self.stats.worker_restarts += 1
                 worker.start()
 
+    def _may_publish(self, job_id: str) -> bool:
+        """A worker asks before writing a fenced job's results: only while this node holds its lease."""
+        try:
+            self.journal.fence(job_id)
+        except LeaseLostError as error:
+            log.warning("%s: its worker writes nothing", error)
+            return False
+        except Exception:  # the database is away: write nothing now; the job is read again later
+            log.exception("job %s: cannot check its lease; its worker writes nothing", job_id)
+            return False
+        return True
+
+    def _lease_lost(self, job: Job, error: LeaseLostError) -> None:
+        """A running job was lost (stopped or cut off longer than its lease): drop what it has."""
+        self._board.error(job.id, str(error))
+        log.warning(
+            "job %s (%s): %s; this node's result is dropped, another node reads it",
+            job.id,
+            job.relative_path,
+            error,
+            extra=event("lease_lost", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="finish"),
+        )
+
     def _finish(self, job: Job, outcome: JobOutcome) -> None:
         self._next_status = 0.0  # the status line changed: send it with the next heartbeat
         if outcome.interrupted:
             self.journal.release(job.id, outcome.message)
             return
+        # A shared journal: prove this node still holds the job before recording anything of it.
+        self.journal.fence(job.id)
         if outcome.failure is None:
             confidence = "n/a" if outcome.confidence is None else f"{outcome.confidence:.3f}"
             self._board.record_read(outcome.pages, outcome.decoding, outcome.gpu_memory_used_bytes)
             if outcome.route == "review":
-                self._review.send(job, outcome.reasons, outcome.outputs, outcome.audit, confidence)
+                self._review.send(
+                    job, outcome.reasons, outcome.outputs, _audit_record(outcome.audit), confidence
+                )
                 return
             outputs = dict(outcome.outputs)
             original = self._filing.archive_target(job)
@@ -539,8 +619,9 @@ class Daemon:
             if outcome.route == "audit":
                 summary += "; sampled for audit"
                 self.stats.audited += 1
-            finished = self.journal.finish(job.id, JobState.DONE, summary, outputs)
-            self._append_audit(outcome.audit)
+            finished = self.journal.finish(
+                job.id, JobState.DONE, summary, outputs, audit=_audit_record(outcome.audit)
+            )
             self.stats.done += 1
             log.info(
                 "done %s: %d page(s), confidence %s, %.1f s",
@@ -609,11 +690,10 @@ class Daemon:
         except Exception:
             log.exception("job %s: cannot record its failure; the next start recovers it", job.id)
 
-    def _append_audit(self, record: dict[str, Any] | None) -> None:
-        if record is None:
-            return
+    def _append_audit(self, record: Mapping[str, Any]) -> None:
+        """The SQLite journal's audit sink: the hash-chained file in the state folder."""
         try:
-            self._audit.append(display_all(record))  # UTF-8 JSON: names shown escaped
+            self._audit.append(record)
         except Exception:  # the audit log must not stop reading; say so loudly
             log.exception("cannot append to the audit log %s", self._audit.path)
 
@@ -751,6 +831,11 @@ class Daemon:
             log.info(
                 "pruned %d finished job(s) older than %g days", len(removed), self._config.jobs.retention_days
             )
+
+
+def _audit_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A document's audit record as chained: UTF-8 JSON, so file names are shown escaped."""
+    return None if record is None else display_all(record)
 
 
 def _failure_code(value: str) -> FailureReason:

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import cv2
 import jsonschema
 
-from appliance.config import RasterizeConfig
 from appliance.document import Document
 from appliance.names import fit_name
 from appliance.outputs.atomic import write_atomic
-from appliance.pipeline.rasterize import Rasterizer
 
 REASONS_FILE = "reasons.json"
 CORRECTED_FILE = "corrected.json"
@@ -46,25 +44,18 @@ def review_folder(review_dir: Path, relative: str, job_id: str) -> Path:
 
 
 def write_review_extras(
-    folder: Path,
-    document: Document,
-    reasons: list[str],
-    source: Path,
-    job_id: str,
-    *,
-    rasterize: RasterizeConfig,
+    folder: Path, document: Document, reasons: list[str], job_id: str, pages: Iterable[tuple[int, bytes]]
 ) -> None:
     """reasons.json and a PNG per page, so a reviewer needs nothing but a file browser.
 
-    The pages are rasterized as the document was read (`rasterize` is the site's), so the boxes
-    of its result files are pixel positions on these PNGs.
+    `pages` are (page index, PNG bytes) of the images the document was read from (the reader
+    keeps them as each page passes: pipeline/page_images.py), so the boxes of its result files
+    are pixel positions on these PNGs and nothing is rasterized again.
     """
     record = {"job_id": job_id, "source": document.source.to_dict(), "reasons": reasons}
     write_atomic(folder / REASONS_FILE, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
-    for page in Rasterizer(rasterize).pages(source):
-        ok, png = cv2.imencode(".png", page.image)
-        if ok:
-            write_atomic(folder / f"page-{page.index + 1:03d}.png", png.tobytes())
+    for index, png in pages:
+        write_atomic(folder / f"page-{index + 1:03d}.png", png)
 
 
 def parse_correction(raw: object) -> dict[str, Any]:

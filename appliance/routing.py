@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from appliance.config import RoutingConfig
 from appliance.document import Document
@@ -17,18 +18,27 @@ from appliance.repair.step import NOTES
 
 KEY_FIELDS = ("total", "date")  # fields a document is booked by: never missing or unsure when done
 
-DONE, AUDIT, REVIEW = "done", "audit", "review"
+
+class Route(StrEnum):
+    """Where a read document goes: its results' folder, that folder and the audit sample, or review."""
+
+    DONE = "done"
+    AUDIT = "audit"
+    REVIEW = "review"
+
+
+DONE, AUDIT, REVIEW = Route.DONE, Route.AUDIT, Route.REVIEW
 
 
 @dataclass(frozen=True)
 class Decision:
     """Where a document goes and why."""
 
-    route: str
+    route: Route
     reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"route": self.route, "reasons": list(self.reasons)}
+        return {"route": self.route.value, "reasons": list(self.reasons)}
 
 
 def sampled_for_audit(sha256: str, rate: float) -> bool:

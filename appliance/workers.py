@@ -29,10 +29,9 @@ from appliance.errors import DocumentError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
 from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
-from appliance.pipeline.process import DocumentProcessor
-from appliance.pipeline.rasterize import Rasterizer
-from appliance.review import apply_site_dictionary, review_folder, write_review_extras
-from appliance.routing import AUDIT, DONE, REVIEW, Decision, decide
+from appliance.pipeline.read_job import JobFile, JobReader, ReadOptions
+from appliance.review import review_folder, write_review_extras
+from appliance.routing import Route
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +60,16 @@ class JobRequest:
     review_dir: str | None = None  # None: no routing (every document is done)
     audit_dir: str | None = None
     relative_path: str = ""
-    site_dictionary: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The reviewers' corrections file; the worker keeps it loaded and re-reads it when it changes.
+    site_dictionary_path: str | None = None
+    # What the journal knows of the file, so the worker neither hashes nor sniffs it again.
+    sha256: str | None = None
+    media_type: str | None = None
     # Why the cascade must not call the VLM this time (vlm_breaker: workers were lost to it).
     vlm_skip_reason: str | None = None
+    # A shared journal: ask the daemon whether this node still holds the job before writing any
+    # result, so a node that was stopped or cut off longer than its lease writes nothing stale.
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,12 +80,12 @@ class JobOutcome:
     outputs: dict[str, str] = field(default_factory=dict)
     pages: int = 0
     confidence: float | None = None
-    failure: str | None = None  # a FailureReason value
+    failure: FailureReason | None = None
     message: str = ""
     transient: bool = False  # worth retrying later (out of memory)
     interrupted: bool = False  # stopped by a shutdown; the job did not fail
     seconds: float = 0.0
-    route: str = "done"
+    route: Route = Route.DONE
     reasons: list[str] = field(default_factory=list)
     audit: dict[str, Any] | None = None  # the audit record, built here where the Document is
     decoding: dict[str, float] = field(default_factory=dict)  # VLM decoding sums (cascade.decoding_totals)
@@ -87,58 +93,51 @@ class JobOutcome:
 
 
 def _read_one(
-    engine: Engine,
-    rasterize: RasterizeConfig,
-    request: JobRequest,
-    stop: threading.Event,
-    connection: Connection,
+    reader: JobReader, request: JobRequest, stop: threading.Event, connection: Connection
 ) -> JobOutcome:
     started = time.monotonic()
-    processor = DocumentProcessor(
-        engine,
-        Rasterizer(rasterize),
-        request.repair,
-        request.profile.preprocess,
-        request.profile.cascade,
+    routed = request.review_dir is not None
+    options = ReadOptions(
+        profile=request.profile,
+        repair=request.repair,
+        route=routed,
+        pdf_images="pdf" in request.formats,
+        review_images=routed,
         vlm_skip_reason=request.vlm_skip_reason,
+        site_dictionary=Path(request.site_dictionary_path) if request.site_dictionary_path else None,
     )
-    decision = Decision(DONE)
+    job_file = JobFile(Path(request.input_path), request.source_path, request.sha256, request.media_type)
     try:
-        document = processor.process(
-            Path(request.input_path),
+        with reader.read(
+            job_file,
+            options,
             should_stop=stop.is_set,
-            source_path=request.source_path,
             on_page=lambda index: connection.send(("progress", index)),
-        )
-        apply_site_dictionary(document, request.site_dictionary)
-        if request.review_dir is not None:
-            decision = decide(document, request.profile.routing)
-            document.routing = decision.to_dict()
-        target = Path(request.output_dir)
-        if decision.route == REVIEW and request.review_dir is not None:
-            target = review_folder(Path(request.review_dir), request.relative_path, request.job_id)
-        written = write_outputs(
-            document,
-            target,
-            request.stem,
-            request.formats,
-            mode=request.mode,
-            gid=request.gid,
-            source_path=Path(request.input_path),
-        )
-        if decision.route == REVIEW:
-            write_review_extras(
-                target,
+        ) as read:
+            document, decision = read.document, read.decision
+            if request.fenced and not _may_publish(connection, request.job_id):
+                return JobOutcome(request.job_id, interrupted=True, message="lease lost before writing")
+            target = Path(request.output_dir)
+            if decision.route is Route.REVIEW and request.review_dir is not None:
+                target = review_folder(Path(request.review_dir), request.relative_path, request.job_id)
+            written = write_outputs(
                 document,
-                decision.reasons,
-                Path(request.input_path),
-                request.job_id,
-                rasterize=rasterize,
+                target,
+                request.stem,
+                request.formats,
+                mode=request.mode,
+                gid=request.gid,
+                source_path=Path(request.input_path),
+                page_images=read.pages.pdf_pages(),
             )
-        elif decision.route == AUDIT and request.audit_dir is not None:
-            audit_target = Path(request.audit_dir) / Path(request.relative_path).parent
-            for path in written.values():
-                write_atomic(audit_target / path.name, path.read_bytes(), request.mode)
+            if decision.route is Route.REVIEW:
+                write_review_extras(
+                    target, document, decision.reasons, request.job_id, read.pages.review_pngs()
+                )
+            elif decision.route is Route.AUDIT and request.audit_dir is not None:
+                audit_target = Path(request.audit_dir) / Path(request.relative_path).parent
+                for path in written.values():
+                    write_atomic(audit_target / path.name, path.read_bytes(), request.mode)
         record = document_record(
             document,
             written,
@@ -151,17 +150,18 @@ def _read_one(
         return JobOutcome(request.job_id, interrupted=True, message="stopped by shutdown")
     except DocumentError as error:
         return JobOutcome(
-            request.job_id, failure=error.reason.value, message=error.message, transient=error.transient
+            request.job_id, failure=error.reason, message=error.message, transient=error.transient
         )
     except OSError as error:
         return JobOutcome(
-            request.job_id, failure=FailureReason.OUTPUT_ERROR.value, message=f"cannot write results: {error}"
+            request.job_id, failure=FailureReason.OUTPUT_ERROR, message=f"cannot write results: {error}"
         )
     except Exception as error:  # a bug on one file must cost that file, not the worker
         log.exception("unexpected error on job %s", request.job_id)
         return JobOutcome(
-            request.job_id, failure=FailureReason.INTERNAL.value, message=f"{type(error).__name__}: {error}"
+            request.job_id, failure=FailureReason.INTERNAL, message=f"{type(error).__name__}: {error}"
         )
+    details = [page.engine_details for page in document.pages]
     return JobOutcome(
         request.job_id,
         outputs={fmt: str(path) for fmt, path in written.items()},
@@ -171,9 +171,16 @@ def _read_one(
         route=decision.route,
         reasons=decision.reasons,
         audit=record,
-        decoding=decoding_totals([page.engine_details for page in document.pages]),
-        gpu_memory_used_bytes=gpu_memory_peak([page.engine_details for page in document.pages]),
+        decoding=decoding_totals(details),
+        gpu_memory_used_bytes=gpu_memory_peak(details),
     )
+
+
+def _may_publish(connection: Connection, job_id: str) -> bool:
+    """Ask the daemon whether the job is still this node's (its lease, checked and extended)."""
+    connection.send(("may_publish", job_id))
+    answer = connection.recv()
+    return bool(answer == ("publish", True))
 
 
 def _die_with_parent() -> None:
@@ -203,13 +210,15 @@ def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize
     except ModelError as error:
         connection.send(("load_failed", str(error)))
         return
+    # One reader for the worker's life: its processors and site dictionary are built once.
+    reader = JobReader(engine, rasterize)
     try:
         connection.send(("ready", engine.describe()))
         while not stop.is_set():
             request = connection.recv()
             if request is None:
                 break
-            connection.send(("outcome", _read_one(engine, rasterize, request, stop, connection)))
+            connection.send(("outcome", _read_one(reader, request, stop, connection)))
     except (EOFError, OSError):
         pass  # the daemon went away; nothing is lost, the journal still has the job
     finally:
@@ -231,6 +240,8 @@ class Worker:
         self.pages_done = 0
         self.description: dict[str, Any] = {}
         self.restart_when_idle = False
+        # Answers a fenced job's "may I write its results?" (JobRequest.fenced); the daemon's.
+        self.publish_gate: Callable[[str], bool] = lambda job_id: True
 
     def start(self, timeout: float = 300.0) -> None:
         """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
@@ -290,6 +301,9 @@ class Worker:
                 if kind == "progress":
                     self.last_progress = time.monotonic()
                     self.pages_done += 1
+                    continue
+                if kind == "may_publish":
+                    self._connection.send(("publish", self.publish_gate(str(payload))))
                     continue
                 if kind == "outcome":
                     self.job = None

@@ -9,6 +9,7 @@ import cv2
 
 from appliance.config import RasterizeConfig
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.pipeline.page_images import PageImages
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.review import REASONS_FILE, write_review_extras
@@ -22,10 +23,11 @@ def test_review_pages_are_rasterized_as_the_document_was_read(
     rendering.receipt().image.save(source, quality=90)
     # Not the defaults: the receipt counts as large, so it is read at half scale.
     rasterize = RasterizeConfig(jpeg_draft_megapixels=0.1)
-    document = DocumentProcessor(engine, Rasterizer(rasterize)).process(source)
     folder = tmp_path / "review"
+    with PageImages(pdf=False, review=True) as pages:
+        document = DocumentProcessor(engine, Rasterizer(rasterize)).process(source, on_raster=pages.keep)
 
-    write_review_extras(folder, document, ["low confidence"], source, "job-1", rasterize=rasterize)
+        write_review_extras(folder, document, ["low confidence"], "job-1", pages.review_pngs())
 
     (page,) = document.pages
     png = cv2.imread(str(folder / "page-001.png"))

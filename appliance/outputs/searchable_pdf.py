@@ -1,6 +1,7 @@
 """Searchable PDF (PDF/A-2b): each page image at its true size under an invisible text layer.
 
-The page images come from the input file again (the Document holds text, not pixels); the text
+The page images are the ones the document was read from, handed over by the reader (the Document
+holds text, not pixels); without them the input is rasterized again as it was read. The text
 is drawn in render mode 3 (invisible) with a glyphless Identity-H CIDFont and a ToUnicode CMap,
 each word stretched over its box, so that search, selection and text extraction work in any
 script without a CJK font in the file. pikepdf (qpdf) writes the file; the PDF/A parts are an
@@ -11,7 +12,7 @@ no encryption.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ _BFCHAR_CHUNK = 100  # the CMap syntax allows at most 100 entries per beginbfcha
 
 
 @dataclass(frozen=True)
-class _PageImage:
+class PageImage:
     """A page image encoded for embedding: JPEG bytes, its pixel size and colour space."""
 
     data: bytes
@@ -122,7 +123,16 @@ def _text_layer(page: Page, codes: _CharCodes, page_height_pt: float, scale: flo
     return "\n".join(operators).encode("ascii")
 
 
-def _encode_array(image: np.ndarray) -> _PageImage:
+def needs_page_images(media_type: str) -> bool:
+    """Whether a source's pages are embedded from the images it was read from.
+
+    A JPEG is not: its own bits go in as they are, or it is decoded whole again (one page), so the
+    archive keeps the file's resolution when the text was read at a reduced DCT scale.
+    """
+    return media_type != "image/jpeg"
+
+
+def encode_page(image: np.ndarray) -> PageImage:
     """A rasterized page (BGR) as JPEG, in grey when the page has no colour (smaller, same look)."""
     height, width = image.shape[:2]
     if np.array_equal(image[:, :, 0], image[:, :, 1]) and np.array_equal(image[:, :, 1], image[:, :, 2]):
@@ -133,10 +143,10 @@ def _encode_array(image: np.ndarray) -> _PageImage:
         colour_space = "/DeviceRGB"
     buffer = io.BytesIO()
     pil.save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=True)
-    return _PageImage(buffer.getvalue(), width, height, colour_space)
+    return PageImage(buffer.getvalue(), width, height, colour_space)
 
 
-def _original_jpeg(source: Path, document: Document) -> _PageImage | None:
+def _original_jpeg(source: Path, document: Document) -> PageImage | None:
     """The input's own JPEG bits, when they can go into the PDF as they are.
 
     Re-encoding a JPEG loses quality for nothing; the original is used when it is one page of
@@ -154,7 +164,7 @@ def _original_jpeg(source: Path, document: Document) -> _PageImage | None:
             return None
         colour_space = "/DeviceRGB" if image.mode == "RGB" else "/DeviceGray"
         pixels = image.size
-    return _PageImage(source.read_bytes(), pixels[0], pixels[1], colour_space)
+    return PageImage(source.read_bytes(), pixels[0], pixels[1], colour_space)
 
 
 def _rasterize_config(document: Document) -> RasterizeConfig:
@@ -179,16 +189,19 @@ def _rasterize_config(document: Document) -> RasterizeConfig:
     )
 
 
-def _page_images(document: Document, source: Path) -> Iterator[_PageImage]:
+def _page_images(document: Document, source: Path, given: Sequence[PageImage] | None) -> Iterator[PageImage]:
     """The image of each document page, in page order, one at a time."""
     original = _original_jpeg(source, document)
     if original is not None:
         yield original
         return
+    if given is not None and needs_page_images(document.source.media_type):
+        yield from given
+        return
     wanted = {page.index for page in document.pages}
     for raster in Rasterizer(_rasterize_config(document)).pages(source, document.source.media_type):
         if raster.index in wanted:
-            yield _encode_array(raster.image)
+            yield encode_page(raster.image)
 
 
 def _srgb_profile() -> bytes:
@@ -259,14 +272,20 @@ def _make_pdfa(pdf: pikepdf.Pdf, document: Document) -> None:
             meta["xmp:ModifyDate"] = document.created
 
 
-def render_searchable_pdf(document: Document, source: Path | None) -> bytes:
-    """The searchable PDF of a document; `source` is the input file the pages are taken from."""
+def render_searchable_pdf(
+    document: Document, source: Path | None, page_images: Sequence[PageImage] | None = None
+) -> bytes:
+    """The searchable PDF of a document; `source` is the input file it was read from.
+
+    `page_images` are the document's pages as read, in page order (`encode_page`); without them
+    the pages are rasterized again from `source`.
+    """
     if source is None:
         raise ValueError("a searchable PDF needs the input file for its page images")
     pdf = pikepdf.new()
     codes = _CharCodes()
-    contents: list[tuple[Page, _PageImage, bytes]] = []
-    images = _page_images(document, source)
+    contents: list[tuple[Page, PageImage, bytes]] = []
+    images = _page_images(document, source, page_images)
     for page in document.pages:
         image = next(images, None)
         if image is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -77,13 +78,9 @@ class Cascade:
     A VLM failure, timeout or loop never loses the page: the ONNX read stands and the page says why.
     """
 
-    def __init__(self, reader: PageReader, config: CascadeConfig, skip_reason: str | None = None) -> None:
+    def __init__(self, reader: PageReader, config: CascadeConfig) -> None:
         self._reader = reader
         self._config = config
-        # Set when workers were lost to the VLM (vlm_breaker): this document's previous attempt, or
-        # several in a row. The VLM is the likeliest native crash there is, so this attempt keeps the
-        # ONNX read of every page it would have sent.
-        self._skip_reason = skip_reason
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -109,18 +106,27 @@ class Cascade:
             return list(range(len(lines)))
         return [index for index, line in enumerate(lines) if line.confidence < self._config.min_confidence]
 
-    def refine(self, image: np.ndarray, first: PageText) -> PageText:
-        """The page as the cascade settles it: the VLM's read where it was wanted and succeeded."""
+    def refiner(self, skip_reason: str | None) -> Callable[[np.ndarray, PageText], PageText]:
+        """`refine` for one document, which may be one whose VLM reads must be skipped."""
+        return lambda image, first: self.refine(image, first, skip_reason=skip_reason)
+
+    def refine(self, image: np.ndarray, first: PageText, *, skip_reason: str | None = None) -> PageText:
+        """The page as the cascade settles it: the VLM's read where it was wanted and succeeded.
+
+        `skip_reason` is set when workers were lost to the VLM (vlm_breaker): this document's
+        previous attempt, or several in a row. The VLM is the likeliest native crash there is, so
+        this attempt keeps the ONNX read of every page it would have sent, and says why.
+        """
         wanted, why = self.wants(first)
         record: dict[str, Any] = {"vlm_used": wanted, "why": why}
         if not wanted:
             return _with(first, details={"cascade": record})
-        if self._skip_reason is not None:
-            record.update(vlm_used=False, route="onnx_fallback", error=f"VLM skipped: {self._skip_reason}")
+        if skip_reason is not None:
+            record.update(vlm_used=False, route="onnx_fallback", error=f"VLM skipped: {skip_reason}")
             return _with(
                 first,
                 details={"cascade": record},
-                warnings=[f"cascade: VLM skipped ({self._skip_reason}); the ONNX read stands"],
+                warnings=[f"cascade: VLM skipped ({skip_reason}); the ONNX read stands"],
             )
         if self._config.unit == "lines" and first.lines:
             return self._refine_lines(image, first, record)

@@ -18,8 +18,9 @@ from appliance.hashing import sha256_file
 from appliance.names import display
 from appliance.pipeline.cascade import Cascade
 from appliance.pipeline.preprocess import read_page
-from appliance.pipeline.rasterize import Rasterizer, sniff_media_type
+from appliance.pipeline.rasterize import Rasterizer, RasterPage, sniff_media_type
 from appliance.repair.step import repair_document
+from appliance.review import apply_site_dictionary
 from appliance.routing import Decision, decide
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ def route_document(
     Sets `document.routing`, so the results say where the daemon would send the document; moving
     it to a review or audit folder is the caller's business (the daemon's, never a one-shot read).
     """
-    from appliance.review import apply_site_dictionary  # loads OpenCV; only routed reads need it
-
     apply_site_dictionary(document, site_dictionary or {})
     decision = decide(document, routing)
     document.routing = decision.to_dict()
@@ -51,17 +50,13 @@ class DocumentProcessor:
         repair: RepairConfig | None = None,
         preprocess: PreprocessConfig | None = None,
         cascade: CascadeConfig | None = None,
-        *,
-        vlm_skip_reason: str | None = None,
     ) -> None:
         self._engine = engine
         vlm = vlm_of(engine)
         # The profile's cascade, when it has one and a VLM is installed (the config refuses a
         # cascade without engine.vlm_gguf; a processor built by hand may still pair them wrongly).
         self._cascade = (
-            Cascade(vlm, cascade, vlm_skip_reason)
-            if vlm is not None and cascade and cascade.mode != "off"
-            else None
+            Cascade(vlm, cascade) if vlm is not None and cascade and cascade.mode != "off" else None
         )
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()
@@ -74,6 +69,11 @@ class DocumentProcessor:
         should_stop: Callable[[], bool] = lambda: False,
         source_path: str | None = None,
         on_page: Callable[[int], None] = lambda _index: None,
+        *,
+        sha256: str | None = None,
+        media_type: str | None = None,
+        on_raster: Callable[[RasterPage, str], None] | None = None,
+        vlm_skip_reason: str | None = None,
     ) -> Document:
         """Read every page of `path`; raise DocumentError with a reason if the file cannot be read.
 
@@ -82,12 +82,17 @@ class DocumentProcessor:
         `source_path` is where the file came from (its hot folder path) when `path` is a spool copy.
         `on_page` is called with each page's index once it is read (the daemon's watchdog uses it
         to tell a slow document from a hung engine).
+        `sha256` and `media_type` are what the journal already knows of the file (hashed and
+        sniffed here when not given). `on_raster` gets each page image, with the media type, as
+        it is rasterized, before it is read, for outputs that need the pixels (page_images.py);
+        the image is not kept here. `vlm_skip_reason` says why the cascade must not call the
+        VLM this time (vlm_breaker).
         """
         started = time.perf_counter()
         try:
             size = self._rasterizer.check_size(path)
-            media_type = sniff_media_type(path)
-            digest = sha256_file(path)
+            media_type = media_type or sniff_media_type(path)
+            digest = sha256 or sha256_file(path)
         except OSError as error:
             raise DocumentError(
                 FailureReason.CORRUPT, f"{path.name} cannot be read: {error.strerror}"
@@ -106,18 +111,21 @@ class DocumentProcessor:
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             appliance_version=__version__,
         )
+        refine = self._cascade.refiner(vlm_skip_reason) if self._cascade else None
         raster_started = time.perf_counter()
         for raster in self._rasterizer.pages(path, media_type):
             raster_ms = (time.perf_counter() - raster_started) * 1000
             if should_stop():
                 raise InterruptedError(f"stopped while reading {path.name}")
+            if on_raster is not None:
+                on_raster(raster, media_type)
             try:
                 # Preprocessing, the engine and reading order; boxes come back in raster pixels.
                 page_read = read_page(
                     self._engine,
                     raster.image,
                     self._preprocess,
-                    refine=self._cascade.refine if self._cascade else None,
+                    refine=refine,
                 )
             except DocumentError:
                 raise
