@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import get_args
 
-from appliance.engines.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
+from appliance.engines.vlm_gguf.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
 from appliance.errors import ModelError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"

@@ -15,8 +15,8 @@ import pytest
 
 from appliance.config import CascadeConfig, VlmGgufConfig
 from appliance.engines.base import PageText
-from appliance.engines.gguf_manifest import write_vlm_manifest
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
+from appliance.engines.vlm_gguf.gguf_manifest import write_vlm_manifest
 from appliance.engines.vlm_gguf.output import make_line
 from appliance.errors import ModelError
 from appliance.pipeline.cascade import Cascade

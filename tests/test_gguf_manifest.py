@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engines.gguf_manifest import (
+from appliance.engines.vlm_gguf.gguf_manifest import (
     load_vlm_manifest,
     read_gguf_info,
     verify_vlm_files,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.engines.gguf_manifest import load_vlm_manifest, read_gguf_info, verify_vlm_files
+from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, read_gguf_info, verify_vlm_files
 from appliance.errors import ModelError
 from quantize.gguf import main, quantize_gguf
 

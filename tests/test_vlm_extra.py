@@ -23,7 +23,7 @@ importlib.machinery.PathFinder.find_spec = without_llama
 import importlib.util
 assert importlib.util.find_spec("llama_cpp") is None
 import appliance, appliance.cli, appliance.daemon, appliance.engines.factory, appliance.engines.vlm_gguf
-import appliance.pipeline.process, appliance.pipeline.cascade, appliance.engines.gguf_manifest
+import appliance.pipeline.process, appliance.pipeline.cascade, appliance.engines.vlm_gguf.gguf_manifest
 assert "llama_cpp" not in sys.modules
 from appliance.cli import main
 sys.exit(main(sys.argv[1:]))

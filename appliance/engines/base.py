@@ -59,3 +59,26 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release models and sessions."""
         ...
+
+
+class SecondReader(Protocol):
+    """What the cascade needs of a second, costlier reader (the VLM): read a page or a region again.
+
+    `hint` is the text the first engine read there: the second reader may draft from it (and
+    verify rather than write from scratch). `deadline` is a time.monotonic() value by which the
+    read should stop. The figures of a read go under `PageText.details[name]` (see details.py).
+    """
+
+    name: str
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        """Read one BGR page or region (an HxWx3 uint8 array)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Name, model ids and hashes, and where the models run."""
+        ...
+
+    def close(self) -> None:
+        """Release models and memory."""
+        ...

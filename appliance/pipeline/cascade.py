@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from rapidfuzz import fuzz
 
 from appliance.config import CascadeConfig
 from appliance.document import Box, Line
-from appliance.engines.base import PageText
+from appliance.engines.base import PageText, SecondReader
+from appliance.engines.details import CUT_SHORT_STOPS, CascadeRecord, ReadFigures
 from appliance.engines.line_crop import crop_line, is_upright, widen
-from appliance.engines.vlm_gguf.output import make_line
+from appliance.engines.text_lines import make_line
 from appliance.pipeline.layout import order_page
 
 log = logging.getLogger(__name__)
@@ -23,33 +24,19 @@ log = logging.getLogger(__name__)
 MIN_MATCH = 60.0
 
 
-class PageReader(Protocol):
-    """A second reader that takes the first read's text as its draft (the VLM engine)."""
-
-    name: str
-
-    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText: ...
-
-
-DECODING_KEYS = ("generated_tokens", "drafted_tokens", "accepted_tokens", "draft_ms", "target_ms")
-
-
 def decoding_totals(pages: list[dict[str, Any]]) -> dict[str, float]:
     """Sums of the VLM's decoding figures over pages' engine details (what the status API shows)."""
     totals: dict[str, float] = {}
     for details in pages:
-        cascade = details.get("cascade") or {}
-        if cascade.get("route") == "onnx_fallback":
-            totals["fallbacks"] = totals.get("fallbacks", 0.0) + 1
-        elif cascade.get("route") == "vlm_lines" and cascade.get("lines_kept"):
-            # Line by line, each line whose ONNX read stood is a fallback.
-            totals["fallbacks"] = totals.get("fallbacks", 0.0) + len(cascade["lines_kept"])
-        vlm = details.get("vlm_gguf")
-        if not vlm:
+        record = CascadeRecord.of(details)
+        if record is not None and record.fallbacks:
+            totals["fallbacks"] = totals.get("fallbacks", 0.0) + record.fallbacks
+        figures = ReadFigures.of(details)
+        if figures is None:
             continue
         totals["pages"] = totals.get("pages", 0.0) + 1
-        for key in DECODING_KEYS:
-            totals[key] = totals.get(key, 0.0) + float(vlm.get(key) or 0.0)
+        for key, value in figures.decoding.items():
+            totals[key] = totals.get(key, 0.0) + value
     return totals
 
 
@@ -60,9 +47,9 @@ def gpu_memory_peak(pages: list[dict[str, Any]]) -> int | None:
     engine's `GpuMemory`. A page read on the CPU reports none.
     """
     readings = [
-        int(vlm["gpu_memory_used_bytes"])
+        figures.gpu_memory_used_bytes
         for details in pages
-        if (vlm := details.get("vlm_gguf")) and vlm.get("gpu_memory_used_bytes") is not None
+        if (figures := ReadFigures.of(details)) is not None and figures.gpu_memory_used_bytes is not None
     ]
     return max(readings) if readings else None
 
@@ -78,7 +65,7 @@ class Cascade:
     A VLM failure, timeout or loop never loses the page: the ONNX read stands and the page says why.
     """
 
-    def __init__(self, reader: PageReader, config: CascadeConfig) -> None:
+    def __init__(self, reader: SecondReader, config: CascadeConfig) -> None:
         self._reader = reader
         self._config = config
 
@@ -142,11 +129,12 @@ class Cascade:
                 details={"cascade": record},
                 warnings=[f"cascade: VLM failed ({error}); the ONNX read stands"],
             )
-        stop = second.details.get(self._reader.name, {}).get("stop_reason")
+        figures = ReadFigures.of(second.details, self._reader.name)
+        stop = figures.stop_reason if figures is not None else None
         if not second.lines and first.lines:
             # An empty answer where the ONNX engine found text is a failed read, not a blank page.
-            stop = stop if stop in ("timeout", "repetition", "max_tokens") else "empty answer"
-        if stop in ("timeout", "repetition", "max_tokens", "empty answer"):
+            stop = stop if stop in CUT_SHORT_STOPS else "empty answer"
+        if stop in (*CUT_SHORT_STOPS, "empty answer"):
             record.update(route="onnx_fallback", error=f"VLM stopped: {stop}")
             return _with(
                 first,
@@ -186,19 +174,19 @@ class Cascade:
                 log.warning("VLM read of a line failed, its ONNX read stands: %s", error)
                 kept.append(f"line {index + 1}: {type(error).__name__}: {error}")
                 continue
-            details = second.details.get(self._reader.name, {})
-            for key in DECODING_KEYS:
-                decoding[key] = decoding.get(key, 0.0) + float(details.get(key) or 0.0)
-            if details.get("gpu_memory_used_bytes") is not None:
-                gpu_memory = max(gpu_memory or 0, int(details["gpu_memory_used_bytes"]))
+            figures = ReadFigures.of(second.details, self._reader.name) or ReadFigures(decoding={})
+            for key, value in figures.decoding.items():
+                decoding[key] = decoding.get(key, 0.0) + value
+            if figures.gpu_memory_used_bytes is not None:
+                gpu_memory = max(gpu_memory or 0, figures.gpu_memory_used_bytes)
             for key, value in second.timings_ms.items():
                 timings[key] = timings.get(key, 0.0) + value
             text = " ".join(vlm_line.text for vlm_line in second.lines).strip()
-            stop = details.get("stop_reason")
-            if stop in ("timeout", "repetition", "max_tokens") or not text:
+            stop = figures.stop_reason
+            if figures.cut_short or not text:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
-            lines[index] = _line_read_again(second.lines, line)
+            lines[index] = _line_read_again(second.lines, line, self._reader.name)
             replaced += 1
         record.update(route="vlm_lines", lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept)
         # One entry per page, as a page read gives, so the status API's sums count pages.
@@ -236,7 +224,7 @@ def _crop(image: np.ndarray, line: Line) -> np.ndarray:
     return np.ascontiguousarray(image[top:bottom, left:right])
 
 
-def _line_read_again(vlm_lines: list[Line], onnx_line: Line) -> Line:
+def _line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line:
     """The VLM's text of one line crop, in the ONNX line's box (pieces joined by spaces)."""
     text_parts: list[str] = []
     confidences: list[float] = []
@@ -248,7 +236,7 @@ def _line_read_again(vlm_lines: list[Line], onnx_line: Line) -> Line:
             confidences.append(min(vlm_line.char_confidences, default=0.0))
         text_parts.append(vlm_line.text)
         confidences.extend(vlm_line.char_confidences)
-    placed = make_line("".join(text_parts), confidences, onnx_line.box)
+    placed = make_line("".join(text_parts), confidences, onnx_line.box, engine)
     placed.polygon = onnx_line.polygon
     return placed
 
@@ -335,7 +323,7 @@ def _page_box(onnx_lines: list[Line], vlm_lines: list[Line]) -> Box:
 
 def _moved(line: Line, box: Box, polygon: tuple[tuple[float, float], ...] | None) -> Line:
     """The line placed in `box`, its words spread along it in proportion to their characters."""
-    placed = make_line(line.text, line.char_confidences, box)
+    placed = make_line(line.text, line.char_confidences, box, line.engine)
     if polygon is not None:
         placed.polygon = polygon
     return placed

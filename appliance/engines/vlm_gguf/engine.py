@@ -15,11 +15,11 @@ import numpy as np
 from appliance.config import VlmGgufConfig
 from appliance.document import Line
 from appliance.engines.base import PageText
-from appliance.engines.gguf_manifest import load_vlm_manifest, verify_vlm_files
 from appliance.engines.vlm_gguf import runtime
 from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
 from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
+from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, verify_vlm_files
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from appliance.engines.vlm_gguf.memory import MemoryPlan, plan_memory
 from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out

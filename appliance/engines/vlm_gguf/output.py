@@ -6,7 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from appliance.document import Box, Line, Word
+from appliance.document import Box, Line
+from appliance.engines import text_lines
 from appliance.engines.vlm_gguf.profiles import OutputFormat
 
 ENGINE_NAME = "vlm_gguf"
@@ -140,28 +141,5 @@ def _parse_doctags(text: str, confidences: list[float]) -> list[TextLine]:
 
 
 def make_line(text: str, char_confidences: list[float], box: Box, engine: str = ENGINE_NAME) -> Line:
-    """A Line of the document model from text and confidences, words spaced along the box in proportion."""
-    x0, y0, x1, y1 = box
-    step = (x1 - x0) / max(len(text), 1)
-    words: list[Word] = []
-    start = None
-    for index, char in enumerate([*text, " "]):
-        if char.isspace():
-            if start is not None:
-                confidence = min(char_confidences[start:index], default=0.0)
-                words.append(
-                    Word(text[start:index], (x0 + start * step, y0, x0 + index * step, y1), confidence)
-                )
-                start = None
-        elif start is None:
-            start = index
-    confidence = sum(char_confidences) / len(char_confidences) if char_confidences else 0.0
-    return Line(
-        text=text,
-        box=box,
-        polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1)),
-        confidence=confidence,
-        char_confidences=list(char_confidences),
-        words=words,
-        engine=engine,
-    )
+    """A Line of this engine's text, words spaced along the box in proportion (text_lines.make_line)."""
+    return text_lines.make_line(text, char_confidences, box, engine)

@@ -1,0 +1,122 @@
+"""The engine boundary: engines built by name from a registry, the second reader typed, details read typed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config import EngineConfig, VlmGgufConfig
+from appliance.engines import factory
+from appliance.engines.base import Engine, SecondReader
+from appliance.engines.details import CascadeRecord, ReadFigures
+from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
+from tests.fakes.engines import FakeVlmReader, FixedTextEngine
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registrations made by a test are undone after it."""
+    monkeypatch.setattr(factory, "_ENGINES", dict(factory._ENGINES))
+    monkeypatch.setattr(factory, "_SECOND_READERS", dict(factory._SECOND_READERS))
+
+
+def test_the_configured_name_is_looked_up_in_the_registry(registry: None) -> None:
+    built: list[EngineConfig] = []
+
+    @factory.register_engine("ppocr_onnx")
+    def fake(config: EngineConfig) -> Engine:
+        built.append(config)
+        return FixedTextEngine("FROM THE REGISTRY")
+
+    engine = factory.build_engine(EngineConfig())
+
+    assert isinstance(engine, FixedTextEngine) and built == [EngineConfig()]
+    assert factory.vlm_of(engine) is None
+
+
+def test_an_unregistered_name_is_refused_with_the_names_that_are(registry: None) -> None:
+    config = EngineConfig.model_construct(name="tesseract")  # past the schema, as a stale build would be
+    with pytest.raises(ValueError, match="unknown engine 'tesseract'; registered: ppocr_onnx"):
+        factory.build_engine(config)
+
+
+def test_a_second_reader_is_paired_with_the_first_and_given_a_workers_share(
+    registry: None, tmp_path: Path
+) -> None:
+    shares: list[int] = []
+    closed: list[str] = []
+
+    class Reader(FakeVlmReader):
+        def close(self) -> None:
+            closed.append("vlm")
+
+    factory.register_engine("ppocr_onnx")(lambda _config: FixedTextEngine())
+
+    @factory.register_second_reader("vlm_gguf")
+    def fake_vlm(config: EngineConfig, workers: int) -> SecondReader:
+        assert config.vlm_gguf is not None
+        shares.append(config.vlm_gguf.vram_budget_mb // workers)
+        return Reader(["HELLO"])
+
+    config = EngineConfig(vlm_gguf=VlmGgufConfig(model_dir=tmp_path, vram_budget_mb=6000))
+    engine = factory.build_engine(config, workers=3)
+
+    vlm = factory.vlm_of(engine)
+    assert isinstance(vlm, Reader) and shares == [2000]
+    assert engine.describe()["vlm"]["name"] == "vlm_gguf"
+    engine.close()
+    assert closed == ["vlm"]
+
+
+def test_the_registry_loads_no_engine_runtime_until_an_engine_is_built() -> None:
+    program = (
+        "import sys, appliance.engines.factory, appliance.pipeline.cascade, appliance.pipeline.read_job\n"
+        "print(sorted(m for m in ('onnxruntime', 'llama_cpp') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True, cwd=REPO
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def _page(route: str | None = None, kept: list[str] | None = None, **vlm: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if route is not None:
+        details["cascade"] = {"route": route, "lines_kept": kept or []}
+    if vlm:
+        details["vlm_gguf"] = vlm
+    return details
+
+
+def test_engine_details_are_read_through_typed_views() -> None:
+    page = _page("vlm_lines", ["line 2: VLM stopped: timeout"], generated_tokens=12, stop_reason="timeout")
+
+    figures = ReadFigures.of(page)
+    record = CascadeRecord.of(page)
+
+    assert figures is not None and figures.cut_short and figures.decoding["generated_tokens"] == 12.0
+    assert figures.gpu_memory_used_bytes is None
+    assert record is not None and record.fallbacks == 1
+    assert ReadFigures.of(_page("vlm")) is None and CascadeRecord.of({}) is None
+
+
+def test_decoding_sums_and_the_memory_peak_over_pages() -> None:
+    pages = [
+        _page("vlm", generated_tokens=10, accepted_tokens=4, gpu_memory_used_bytes=7),
+        _page("onnx_fallback"),
+        _page("vlm_lines", ["a", "b"], generated_tokens=5, gpu_memory_used_bytes=9),
+        {},
+    ]
+
+    totals = decoding_totals(pages)
+
+    assert totals["pages"] == 2 and totals["generated_tokens"] == 15 and totals["accepted_tokens"] == 4
+    assert totals["fallbacks"] == 3
+    assert gpu_memory_peak(pages) == 9 and gpu_memory_peak([{}]) is None
+    assert "fallbacks" not in decoding_totals([_page("vlm", generated_tokens=1)])
