@@ -101,9 +101,12 @@ class PpocrOnnxConfig(_Strict):
     # (1.3-2.0 s for PP-OCRv6's recogniser); the CPU does not, and wider padding changes some
     # reads. auto: on with the CUDA provider, off on the CPU.
     fixed_shapes: Literal["auto", "on", "off"] = "auto"
-    fixed_batch_size: StrictInt = Field(default=16, ge=1, le=64)
-    # Cap of each CUDA session's memory arena, in MiB (one session per fixed shape and role).
-    gpu_mem_limit_mb: StrictInt = Field(default=1024, ge=64)
+    # Rows of every line batch and orientation batch under fixed shapes. On an H200 16 rows at the
+    # widest bucket (3200 px) asked one attention buffer of 274 MiB and ran out of a 1 GiB arena.
+    fixed_batch_size: StrictInt = Field(default=8, ge=1, le=64)
+    # Cap of each CUDA session's memory arena, in MiB (one session per fixed shape and role); 2048
+    # with 8 rows read 50 receipts and 25 docs_zh pages on an H200 (bench/README.md).
+    gpu_mem_limit_mb: StrictInt = Field(default=2048, ge=64)
     # How cuDNN picks a convolution's algorithm on the CUDA provider (paid once per fixed shape).
     cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
