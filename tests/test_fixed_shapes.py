@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 
@@ -30,6 +31,8 @@ class _Input:
 
 
 class _Output:
+    name = "probabilities"
+
     def __init__(self, classes: int | str) -> None:
         self.shape = ["n", "t", classes]
 
@@ -204,6 +207,7 @@ def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pyte
     engine = PpocrOnnxEngine(config)
     try:
         assert engine.describe()["fixed_shapes"] is True
+        assert engine._recognizer._best  # the best class per step comes back, not every probability
         # 5 detector buckets, 8 line widths, 1 orientation session.
         assert len(opened) == 5 + 8 + 1
         assert all(len(recorder.shapes) == 1 for _, recorder in opened)  # warmed at load
@@ -222,3 +226,40 @@ def test_fixed_shapes_stay_off_on_the_cpu_by_default() -> None:
         assert engine._detector._buckets is None and engine._recognizer._widths is None
     finally:
         engine.close()
+
+
+def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
+    """The TopK appended for the GPU gives each step's arg-max and its probability, and the same reads."""
+    import onnxruntime as ort
+
+    from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
+    from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, append_best_class
+    from appliance.engines.ppocr_onnx.recognition import dictionary
+
+    paths = verify_models(load_manifest(builtin_manifest_path("ppocrv6_small")), None, roles=("rec",))
+    plain = ort.InferenceSession(str(paths["rec"]), providers=["CPUExecutionProvider"])
+    best = ort.InferenceSession(append_best_class(paths["rec"]), providers=["CPUExecutionProvider"])
+    page = rendering.receipt().bgr()
+    batch = np.stack(
+        [
+            (cv2.resize(page[y : y + 40, 20:420], (320, 48)).astype(np.float32) / 255.0 - 0.5) / 0.5
+            for y in range(60, 380, 40)
+        ]
+    ).transpose(0, 3, 1, 2)
+    (probabilities,) = plain.run(None, {plain.get_inputs()[0].name: batch})
+    scores, indices = best.run(BEST_OUTPUTS, {best.get_inputs()[0].name: batch})
+    assert np.array_equal(indices, probabilities.argmax(axis=2))
+    assert np.array_equal(scores, probabilities.max(axis=2))
+    keys = dictionary(paths)
+    widths = dict.fromkeys(line_widths(320))
+    crops = [page[y : y + 40, 20:420] for y in range(60, 380, 40)]
+    reads = {}
+    for name, session in (("plain", plain), ("best", best)):
+        recognizer = TextRecognizer(session, keys, 4, 320, widths=dict.fromkeys(widths, session))
+        assert recognizer._best is (name == "best")
+        reads[name] = recognizer.recognize(crops)
+    assert [r.text for r in reads["best"]] == [r.text for r in reads["plain"]]
+    assert any(r.text for r in reads["plain"])
+    for mine, theirs in zip(reads["best"], reads["plain"], strict=True):
+        assert mine.confidences == pytest.approx(theirs.confidences)
+        assert mine.positions == theirs.positions

@@ -24,6 +24,7 @@ from appliance.engines.manifest import (
     load_manifest,
     verify_models,
 )
+from appliance.engines.ppocr_onnx.best_class import append_best_class
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
@@ -293,7 +294,8 @@ class PpocrOnnxEngine:
 
         Derived sets are folded by quantize.onnx_int8 already; the originals are folded here, after
         their hash check, so the manifest keeps describing the shipped files. A charset cuts the
-        recogniser's head. Recorded in self._folded; benchmarks profile the same graph.
+        recogniser's head; under fixed shapes the recogniser also answers its best class per step
+        (best_class.py). Recorded in self._folded; benchmarks profile the same graph.
         """
         model = None
         if self._config.fold_affine and self._entries[role].precision == "fp32":
@@ -311,6 +313,12 @@ class PpocrOnnxEngine:
                 raise ModelError(
                     f"cannot cut the recogniser to engine.ppocr_onnx.charset {charset!r}: {error}"
                 ) from None
+        if role == "rec" and self._fixed:
+            # On the GPU the best class per step comes back instead of every class's probability.
+            try:
+                model = append_best_class(model or path)
+            except Exception as error:  # onnx raises protobuf's untyped errors
+                raise ModelError(f"cannot add the best-class output to {path}: {error}") from None
         return model
 
     @property

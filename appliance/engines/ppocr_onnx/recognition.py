@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
+from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, has_best_class
 from appliance.engines.ppocr_onnx.shapes import choose_width, pad_rows
 from appliance.errors import ModelError
 
@@ -127,6 +128,8 @@ class TextRecognizer:
         self._pool = pool
         self._min_width = min_width
         self._input = session.get_inputs()[0].name
+        # A graph with best_class.append_best_class's outputs hands back one class per step.
+        self._best = has_best_class([output.name for output in session.get_outputs()])
         self._batch_size = batch_size
         classes = session.get_outputs()[0].shape[-1]
         if not isinstance(classes, int):
@@ -199,13 +202,22 @@ class TextRecognizer:
         if self._widths is not None:
             tensor = pad_rows(tensor, self._batch_size)
         # Blank rows added to fill a fixed batch are cut off here, unread.
-        output = session.run(None, {self._input: tensor})[0][: len(crops)]
-        return [self._decode(probs, width, batch_width) for probs, width in zip(output, widths, strict=True)]
+        rows = len(crops)
+        if self._best:
+            scores, best = session.run(BEST_OUTPUTS, {self._input: tensor})
+            return [
+                self._decode(row_best, row_scores, width, batch_width)
+                for row_best, row_scores, width in zip(best[:rows], scores[:rows], widths, strict=True)
+            ]
+        output = session.run(None, {self._input: tensor})[0][:rows]
+        reads = []
+        for probs, width in zip(output, widths, strict=True):
+            best = probs.argmax(axis=1)
+            reads.append(self._decode(best, probs[np.arange(len(best)), best], width, batch_width))
+        return reads
 
-    def _decode(self, probs: np.ndarray, width: int, batch_width: int) -> LineRead:
-        """Greedy CTC: best class per step, repeats merged, blanks (class 0) dropped."""
-        best = probs.argmax(axis=1)
-        scores = probs[np.arange(len(best)), best]
+    def _decode(self, best: np.ndarray, scores: np.ndarray, width: int, batch_width: int) -> LineRead:
+        """Greedy CTC over each step's best class and its probability: repeats merged, blanks (0) dropped."""
         steps = len(best)
         chars: list[str] = []
         confidences: list[float] = []
