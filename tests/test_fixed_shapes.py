@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import cv2
@@ -263,3 +264,17 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
     for mine, theirs in zip(reads["best"], reads["plain"], strict=True):
         assert mine.confidences == pytest.approx(theirs.confidences)
         assert mine.positions == theirs.positions
+
+
+def test_auto_takes_fixed_shapes_and_one_line_thread_only_where_cuda_can_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = PpocrOnnxConfig(provider="auto")
+    monkeypatch.setattr(engine_module, "on_gpu", lambda _config: True)
+    monkeypatch.setattr(engine_module, "prepare_cuda", lambda: None)
+    assert engine_module.fixed_shapes(config) and engine_module.line_threads(config) == 1
+    # onnxruntime-gpu installed, but the driver is missing: `auto` runs on the CPU as before.
+    monkeypatch.setattr(engine_module, "prepare_cuda", lambda: "no NVIDIA driver")
+    assert not engine_module.fixed_shapes(config)
+    assert engine_module.line_threads(config) == len(os.sched_getaffinity(0))
+    assert engine_module.fixed_shapes(config.model_copy(update={"fixed_shapes": "on"}))

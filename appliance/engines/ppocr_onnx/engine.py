@@ -32,7 +32,7 @@ from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_cla
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
-from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session
+from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session, prepare_cuda
 from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.errors import ModelError
 
@@ -117,16 +117,25 @@ def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> 
     return words
 
 
+def cuda_ready(config: PpocrOnnxConfig) -> bool:
+    """Whether the sessions will ask for CUDA and the driver and libraries let it start.
+
+    A box with onnxruntime-gpu but no usable driver runs `auto` on the CPU, where fixed shapes and
+    one line thread would only cost time.
+    """
+    return on_gpu(config) and prepare_cuda() is None
+
+
 def fixed_shapes(config: PpocrOnnxConfig) -> bool:
     """Whether inputs are padded to fixed shapes, one session each (PpocrOnnxConfig.fixed_shapes)."""
-    return config.fixed_shapes == "on" or (config.fixed_shapes == "auto" and on_gpu(config))
+    return config.fixed_shapes == "on" or (config.fixed_shapes == "auto" and cuda_ready(config))
 
 
 def line_threads(config: PpocrOnnxConfig) -> int:
     """How many lines run at once (see PpocrOnnxConfig.line_parallelism)."""
     if config.line_parallelism:
         return config.line_parallelism
-    if on_gpu(config):
+    if cuda_ready(config):
         # The GPU batches the lines itself; each extra thread only adds its own cuDNN and cuBLAS
         # workspaces outside the sessions' arenas.
         return 1
