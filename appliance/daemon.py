@@ -131,6 +131,7 @@ class Daemon:
         for folder in self._config.hot_folders:
             for directory in (folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir):
                 directory.mkdir(parents=True, exist_ok=True)
+        self._config.paths.state_dir.mkdir(parents=True, exist_ok=True)
         self._spool.mkdir(parents=True, exist_ok=True)
         self._take_instance_lock()
         self._journal = open_journal(self._config, self._append_audit)

@@ -410,9 +410,10 @@ class PostgresJournal:
     def _running(self, conn: psycopg.Connection[Row], job_id: str) -> Job:
         job = self._load(conn, job_id)
         if job.state is not JobState.RUNNING:
-            if job_id in self._held:
-                with self._held_lock:
-                    self._held.pop(job_id, None)
+            with self._held_lock:
+                # Kept in `_held` (a lost job is rare): every later call about it says lease lost.
+                lost = job_id in self._held
+            if lost:
                 raise LeaseLostError(job_id, f"it is {job.state} now")
             raise InvalidTransition(job_id, job.state, JobState.QUEUED)
         self._check_held(job)

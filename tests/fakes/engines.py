@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -227,3 +228,35 @@ def unsure_engine_with_aborting_vlm() -> Any:
     from appliance.engines.factory import EnginePair
 
     return EnginePair(FixedTextEngine("INV0ICE 42", confidence=0.5), FakeVlmReader([], outcome="abort"))
+
+
+class FixedCostEngine(FixedTextEngine):
+    """Spends a fixed CPU time on every page (a stand-in reader for throughput measurements)."""
+
+    name = "fake_fixed_cost"
+
+    def __init__(self, text: str, cost_ms: float) -> None:
+        super().__init__(text)
+        self.cost_ms = cost_ms
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        # CPU time, not a sleep: nodes sharing a machine compete for it as real readers do.
+        until = time.thread_time() + self.cost_ms / 1000
+        while time.thread_time() < until:
+            pass
+        return super().recognize(image)
+
+
+class GatedEngine(FixedTextEngine):
+    """Reads each page only once a gate file exists (a job held mid-read as long as a test wants)."""
+
+    name = "fake_gated"
+
+    def __init__(self, text: str, gate: str) -> None:
+        super().__init__(text)
+        self.gate = gate
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        while not Path(self.gate).exists():
+            time.sleep(0.05)
+        return super().recognize(image)

@@ -1,0 +1,157 @@
+"""Appliances sharing a hot folder, a spool and a PostgreSQL journal, as processes: once each, and fenced."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.cluster import audit as chain
+from appliance.cluster.journal import PostgresJournal
+from appliance.journal import JobState
+from appliance.journals import NODE_ID_FILE
+from tests.pg_server import ThrowawayPostgres, throwaway_postgres
+from tests.polling import image_bytes, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    with throwaway_postgres() as server:
+        yield server
+
+
+def _config(tmp_path: Path, dsn: str, node: str, lease: float = 3.0) -> Path:
+    path = tmp_path / f"{node}.yaml"
+    path.write_text(
+        f"paths: {{state_dir: {node}, spool_dir: spool}}\n"
+        "hot_folders:\n  - {path: in, output_dir: out, archive_dir: archive, failed_dir: failed}\n"
+        "intake: {settle_seconds: 0.3, rescan_seconds: 2.0, min_free_mb: 0.0}\n"
+        f"journal: {{backend: postgresql, dsn: '{dsn}', node_name: {node}, lease_seconds: {lease}}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+class Node:
+    """One daemon process with a stand-in engine, its log in its own file."""
+
+    def __init__(self, tmp_path: Path, dsn: str, name: str, *extra: str, lease: float = 3.0) -> None:
+        self.name = name
+        self.log = tmp_path / f"{name}.log"
+        config = _config(tmp_path, dsn, name, lease)
+        with self.log.open("ab") as handle:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.cluster_node", str(config), *extra],
+                cwd=ROOT,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
+        self.state_dir = tmp_path / name
+
+    def node_id(self) -> str:
+        return (self.state_dir / NODE_ID_FILE).read_text(encoding="ascii").strip()
+
+    def logged(self, text: str) -> bool:
+        return text in self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    started: list[Node] = []
+    yield started
+    for node in started:
+        node.stop()
+
+
+def _all_done(journal: PostgresJournal, count: int, nodes: list[Node]) -> bool:
+    for node in nodes:
+        assert node.process.poll() is None, node.log.read_text(encoding="utf-8", errors="replace")
+    return journal.counts()[JobState.DONE] == count
+
+
+def _observer(dsn: str) -> PostgresJournal:
+    return PostgresJournal(dsn, node_id="test-observer", node_name="test-observer")
+
+
+def test_two_nodes_read_every_file_of_a_shared_folder_once(
+    tmp_path: Path, postgres: ThrowawayPostgres, nodes: list[Node]
+) -> None:
+    dsn = postgres.create_database()
+    (tmp_path / "in").mkdir()
+    nodes.extend(Node(tmp_path, dsn, name) for name in ("alpha", "beta"))
+    names = [f"doc-{index:02d}.png" for index in range(16)]
+    for index, name in enumerate(names):
+        (tmp_path / "in" / name).write_bytes(image_bytes(size=(200 + index, 120)))
+    with _observer(dsn) as journal:
+        assert wait_for(lambda: _all_done(journal, len(names), nodes), timeout=240), journal.counts()
+        results = sorted(path.name for path in (tmp_path / "out").glob("*.json"))
+        assert results == sorted(f"{name}.json" for name in names)
+        jobs = journal.jobs(limit=100)
+        assert sorted(job.name for job in jobs) == names  # one job per file, none twice
+        started = [t for t in journal.transitions(limit=1000) if t.to_state is JobState.RUNNING]
+        assert len(started) == len(names)  # nothing was read twice
+        verified = chain.verify(dsn)
+        assert verified.ok and verified.entries == len(names)
+        assert sorted(entry["record"]["job_id"] for entry in chain.entries(dsn)) == sorted(j.id for j in jobs)
+        assert {node.name for node in journal.nodes()} >= {"alpha", "beta"}
+    assert not list((tmp_path / "in").iterdir())
+    assert len(list((tmp_path / "archive").rglob("*.png"))) == len(names)
+
+
+def test_a_node_stopped_longer_than_its_lease_writes_no_stale_result(
+    tmp_path: Path, postgres: ThrowawayPostgres, nodes: list[Node]
+) -> None:
+    dsn = postgres.create_database()
+    (tmp_path / "in").mkdir()
+    gate = tmp_path / "gate"
+    stale = Node(tmp_path, dsn, "stale", "--text", "STALE READ", "--gate", str(gate))
+    nodes.append(stale)
+    (tmp_path / "in" / "scan.png").write_bytes(image_bytes())
+    with _observer(dsn) as journal:
+
+        def running_on_stale() -> bool:
+            jobs = journal.jobs(JobState.RUNNING)
+            return (
+                bool(jobs)
+                and (stale.state_dir / NODE_ID_FILE).exists()
+                and jobs[0].lease_node == stale.node_id()
+            )
+
+        assert wait_for(running_on_stale, timeout=120), stale.log.read_text()
+        # The node freezes mid-read (a stopped VM, a cut cable), its worker held at the gate.
+        stale.process.send_signal(signal.SIGSTOP)
+        nodes.append(Node(tmp_path, dsn, "fresh", "--text", "FRESH READ"))
+        assert wait_for(lambda: journal.counts()[JobState.DONE] == 1, timeout=240), journal.counts()
+        result = tmp_path / "out" / "scan.png.json"
+        assert "FRESH READ" in json.loads(result.read_text(encoding="utf-8"))["text"]
+        # The stale node wakes up and its worker finishes reading: it must write nothing.
+        gate.touch()
+        stale.process.send_signal(signal.SIGCONT)
+        assert wait_for(lambda: stale.logged("its worker writes nothing"), timeout=120), stale.log.read_text()
+        assert wait_for(lambda: stale.logged("another node reads it"), timeout=60)
+        assert "FRESH READ" in json.loads(result.read_text(encoding="utf-8"))["text"]
+        assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["scan.png.json", "scan.png.txt"]
+        job = journal.jobs(JobState.DONE)[0]
+        history = [(t.from_state, t.to_state) for t in journal.transitions(job_id=job.id)]
+        assert history.count((JobState.QUEUED, JobState.RUNNING)) == 2
+        assert job.attempts == 1  # the stopped node's attempt was given back
+        entries = chain.entries(dsn)
+        assert [entry["record"]["job_id"] for entry in entries] == [job.id]
+        assert stale.process.poll() is None  # the stale node carries on, it did not crash
