@@ -235,6 +235,23 @@ def _status(client: Any, args: argparse.Namespace) -> ExitCode:
     if status.HasField("vlm_disabled"):
         rows.append(["VLM", status.vlm_disabled])
     _table(rows, ["", ""])
+    if status.nodes:
+        print("\ncluster (one PostgreSQL journal; the queue above is all of it):")
+        _table(
+            [
+                [
+                    node.name + (" (this one)" if node.self else ""),
+                    node.state or "-",
+                    f"{node.seconds_since_heartbeat:.0f} s ago",
+                    str(node.running),
+                    str(node.done),
+                    str(node.failed),
+                    f"{node.pages_per_second:.2f}",
+                ]
+                for node in status.nodes
+            ],
+            ["node", "state", "heartbeat", "running", "done", "failed", "pages/s"],
+        )
     if status.recent_errors:
         print("\nrecent errors:")
         _table(

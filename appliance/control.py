@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from appliance.journal import Job, JobJournal, JobState, Transition
+from appliance.journal import Job, JobJournal, JobState, NodeStatus, Transition
 
 T = TypeVar("T")
 
@@ -96,6 +96,9 @@ class Status:
     vlm_decoding: dict[str, float] = field(default_factory=dict)
     # Why the VLM is left out of every attempt until restart (vlm_breaker); None while it is not.
     vlm_disabled: str | None = None
+    # The cluster sharing a PostgreSQL journal, and which of its nodes answered; empty on SQLite.
+    nodes: list[NodeStatus] = field(default_factory=list)
+    node_id: str | None = None
 
 
 @dataclass(frozen=True)

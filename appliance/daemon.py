@@ -480,7 +480,10 @@ class Daemon:
                 worker.start(timeout=_WORKER_START_SECONDS)
             if worker.busy or not worker.alive():
                 continue
-            job = self.journal.start_next()
+            # Sharing a journal, a node takes only jobs of folders it has settings for; another node
+            # may serve a folder this one does not (alone, such a job is failed below, as before).
+            sources = self._filing.sources() if self._lease_keeper is not None else None
+            job = self.journal.start_next(sources=sources)
             if job is None:
                 return
             folder = self._filing.folder_for(job.source_folder)
@@ -815,6 +818,8 @@ class Daemon:
             workers_busy=len(self._jobs_by_worker),
             gpu_memory_budget_bytes=gpu_memory_budget(self._config, self.engine_description),
             vlm_disabled=self._vlm_breaker.disabled,
+            nodes=self.journal.nodes(),
+            node_id=self.journal.node_id,
         )
 
     def metrics(self) -> dict[str, float]:

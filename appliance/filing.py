@@ -94,6 +94,10 @@ class Filing:
         self.output_gid = grp.getgrnam(config.outputs.group).gr_gid if config.outputs.group else None
         self.output_mode = int(config.outputs.mode, 8)
 
+    def sources(self) -> list[str]:
+        """Every hot folder this appliance has settings for (also ones a reload removed since)."""
+        return sorted(self._folder_by_source)
+
     def folder_for(self, source_folder: str) -> HotFolderConfig | None:
         """The hot folder a job came from, also one a reload removed since; None if never known."""
         return self._folder_by_source.get(source_folder)

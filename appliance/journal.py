@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -314,6 +314,7 @@ class JobJournal(Protocol):
     """What the daemon and its collaborators need of a journal, whichever backend keeps it."""
 
     max_attempts: int
+    node_id: str | None  # this appliance's id in a cluster (None: the journal is its alone)
 
     def close(self) -> None: ...
     def add(
@@ -332,7 +333,7 @@ class JobJournal(Protocol):
         now: float | None = None,
     ) -> Job: ...
     def get(self, job_id: str) -> Job | None: ...
-    def start_next(self, now: float | None = None) -> Job | None: ...
+    def start_next(self, now: float | None = None, sources: Sequence[str] | None = None) -> Job | None: ...
     def finish(
         self,
         job_id: str,
@@ -388,6 +389,7 @@ class Journal:
         self.path = path
         self.max_attempts = max_attempts
         self.max_restarts = max_restarts
+        self.node_id: str | None = None  # one daemon owns the file: no cluster
         # Where a finished job's audit record goes: a hash-chained file beside this one, appended
         # just after the job's state commits (PostgreSQL keeps both in one transaction).
         self._audit_sink = audit_sink
@@ -607,15 +609,22 @@ class Journal:
             row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else _job(row)
 
-    def start_next(self, now: float | None = None) -> Job | None:
-        """Hand out the most urgent startable job as running, counting the attempt; None if none."""
+    def start_next(self, now: float | None = None, sources: Sequence[str] | None = None) -> Job | None:
+        """Hand out the most urgent startable job as running, counting the attempt; None if none.
+
+        `sources`: only jobs from these hot folders (None: any).
+        """
         at = time.time() if now is None else now
+        where, args = "", tuple[bytes, ...]()
+        if sources is not None:
+            where = f"AND source_folder IN ({', '.join('?' * len(sources))}) " if sources else "AND 0 "
+            args = tuple(_path_value(source) for source in sources)
         with self._write() as conn:
             row = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? AND not_before <= ? "
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? AND not_before <= ? {where}"
                 # rowid breaks created_at ties in insertion order (a coarse clock can repeat).
                 "ORDER BY priority DESC, created_at ASC, rowid ASC LIMIT 1",
-                (JobState.QUEUED.value, at),
+                (JobState.QUEUED.value, at, *args),
             ).fetchone()
             if row is None:
                 return None

@@ -10,7 +10,7 @@ from typing import Any
 from appliance import __version__
 from appliance.config import AppConfig
 from appliance.control import DaemonState, EngineStatus, Status
-from appliance.journal import JobState
+from appliance.journal import JobState, NodeStatus
 
 
 @dataclass
@@ -85,6 +85,8 @@ class StatusBoard:
         workers_busy: int,
         gpu_memory_budget_bytes: int | None,
         vlm_disabled: str | None,
+        nodes: list[NodeStatus] | None = None,
+        node_id: str | None = None,
     ) -> Status:
         now = time.monotonic()
         rates = {}
@@ -108,6 +110,8 @@ class StatusBoard:
             recent_errors=list(self.recent_errors),
             vlm_decoding=dict(self.decoding),
             vlm_disabled=vlm_disabled,
+            nodes=list(nodes or []),
+            node_id=node_id,
         )
 
     def metrics(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import subprocess
@@ -11,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from appliance.api import convert
+from appliance.cli_api import _status
 from appliance.cluster import audit as chain
 from appliance.cluster.journal import PostgresJournal
+from appliance.config import parse_config
 from appliance.journal import JobState
 from appliance.journals import NODE_ID_FILE
+from tests.fakes.engines import fixed_text_engine
 from tests.pg_server import ThrowawayPostgres, throwaway_postgres
-from tests.polling import image_bytes, wait_for
+from tests.polling import DaemonThread, image_bytes, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,3 +160,51 @@ def test_a_node_stopped_longer_than_its_lease_writes_no_stale_result(
         entries = chain.entries(dsn)
         assert [entry["record"]["job_id"] for entry in entries] == [job.id]
         assert stale.process.poll() is None  # the stale node carries on, it did not crash
+
+
+def test_status_on_any_node_shows_the_whole_cluster(
+    tmp_path: Path, postgres: ThrowawayPostgres, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn = postgres.create_database()
+    config = parse_config(
+        {
+            "paths": {"state_dir": "state", "spool_dir": "spool"},
+            "hot_folders": [
+                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
+            ],
+            "intake": {"settle_seconds": 0.3, "min_free_mb": 0.0},
+            "journal": {"backend": "postgresql", "dsn": dsn, "node_name": "here", "lease_seconds": 3.0},
+        },
+        base_dir=tmp_path,
+    )
+    with _observer(dsn) as other, DaemonThread(config, fixed_text_engine) as running:
+        other.add(
+            sha256="a" * 64,
+            source_folder="/elsewhere",
+            relative_path="x.png",
+            name="x.png",
+            size=1,
+            spool_path="/s/x",
+        )
+        other.renew_leases({"state": "running", "done": 41, "failed": 1, "pages_per_second_1m": 2.5})
+        # The daemon's own heartbeat arrives from its lease keeper (every third of the lease).
+        assert wait_for(lambda: running.daemon.snapshot_status().nodes[0].stats.get("state") == "running")
+        status = running.daemon.snapshot_status()
+        # The cluster's queue, with a job of a folder only the other node serves: left for it.
+        assert status.queue["queued"] == 1
+        message = convert.status(status)
+        by_name = {node.name: node for node in message.nodes}
+        assert set(by_name) == {"here", "test-observer"}
+        assert by_name["here"].self and not by_name["test-observer"].self
+        assert (by_name["test-observer"].done, by_name["test-observer"].pages_per_second) == (41, 2.5)
+        _status(_Client(message), argparse.Namespace(json=False))
+        shown = capsys.readouterr().out
+        assert "here (this one)" in shown and "test-observer" in shown
+
+
+class _Client:
+    def __init__(self, response: object) -> None:
+        self.response = response
+
+    def status(self) -> object:
+        return self.response

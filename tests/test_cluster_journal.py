@@ -311,3 +311,19 @@ def test_prune_forgets_finished_jobs_but_not_their_audit_entries(dsn: str) -> No
         assert a.get(old) is None and a.get(waiting) is not None
         assert a.transitions(job_id=old) == []
         assert chain.verify(dsn).entries == 1
+
+
+def test_a_node_takes_only_jobs_of_the_folders_it_serves(dsn: str) -> None:
+    with _node(dsn, "a") as a:
+        mine = _add(a, 1)
+        theirs = a.add(
+            sha256="e" * 64,
+            source_folder="/other",
+            relative_path="x.png",
+            name="x.png",
+            size=1,
+            spool_path="/s/x",
+        ).id
+        assert a.start_next(sources=["/nowhere"]) is None
+        assert a.start_next(sources=["/other"]).id == theirs  # type: ignore[union-attr]
+        assert a.start_next(sources=["/in", "/other"]).id == mine  # type: ignore[union-attr]

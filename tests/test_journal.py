@@ -713,3 +713,13 @@ def test_latest_seq_follows_transitions(tmp_path: Path) -> None:
         )
         journal.start_next()
         assert journal.latest_seq() == journal.transitions()[-1].seq == 2
+
+
+def test_start_next_can_be_limited_to_some_hot_folders(journal: Journal) -> None:
+    common = {"relative_path": "a.png", "name": "a.png", "size": 1, "spool_path": "/s/a.png"}
+    mine = journal.add(sha256="a" * 64, source_folder="/in", **common)  # type: ignore[arg-type]
+    theirs = journal.add(sha256="b" * 64, source_folder=b"/\xff".decode(errors="surrogateescape"), **common)  # type: ignore[arg-type]
+    assert journal.start_next(sources=[]) is None
+    assert journal.start_next(sources=["/nowhere"]) is None
+    assert journal.start_next(sources=[theirs.source_folder]).id == theirs.id  # type: ignore[union-attr]
+    assert journal.start_next(sources=["/in"]).id == mine.id  # type: ignore[union-attr]

@@ -141,6 +141,23 @@ def status(item: Status) -> pb.GetStatusResponse:
         message.vlm_decoding.CopyFrom(vlm_decoding(item.vlm_decoding))
     if item.vlm_disabled is not None:
         message.vlm_disabled = item.vlm_disabled
+    for node in item.nodes:
+        stats = node.stats
+        message.nodes.append(
+            pb.Node(
+                id=node.id,
+                name=node.name,
+                pid=node.pid,
+                seconds_since_heartbeat=node.seconds_since_heartbeat,
+                running=node.running,
+                state=str(stats.get("state", "")),
+                done=int(stats.get("done", 0)),
+                failed=int(stats.get("failed", 0)),
+                review=int(stats.get("review", 0)),
+                pages_per_second=float(stats.get("pages_per_second_1m", 0.0)),
+                self=node.id == item.node_id,
+            )
+        )
     return message
 
 

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -126,7 +126,7 @@ class PostgresJournal:
             raise ValueError(f"lease_seconds must be positive (got {lease_seconds})")
         self.max_attempts = max_attempts
         self.max_restarts = max_restarts
-        self.node_id = node_id
+        self.node_id: str | None = node_id
         self.node_name = node_name
         self.lease_seconds = lease_seconds
         # Which running jobs this node started, with the lease token each got: only these may be
@@ -341,14 +341,21 @@ class PostgresJournal:
             row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
         return None if row is None else _job(row)
 
-    def start_next(self, now: float | None = None) -> Job | None:
-        """Take the most urgent startable job as running, with a lease; skip jobs other nodes are taking."""
+    def start_next(self, now: float | None = None, sources: Sequence[str] | None = None) -> Job | None:
+        """Take the most urgent startable job as running, with a lease; skip jobs other nodes are taking.
+
+        `sources`: only jobs from these hot folders (None: any), so a node never takes a job it
+        has no folder settings for while another node has.
+        """
         at = time.time() if now is None else now
+        where, args = "", tuple[list[bytes], ...]()
+        if sources is not None:
+            where, args = "AND source_folder = ANY(%s) ", ([_path_value(source) for source in sources],)
         with self._write() as conn:
             row = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= %s "
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= %s {where}"
                 "ORDER BY priority DESC, created_at ASC, seq ASC LIMIT 1 FOR UPDATE SKIP LOCKED",
-                (at,),
+                (at, *args),
             ).fetchone()
             if row is None:
                 return None

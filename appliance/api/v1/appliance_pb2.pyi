@@ -159,6 +159,63 @@ class RecentError(_message.Message):
 Global___RecentError: _TypeAlias = RecentError  # noqa: Y015
 
 @_typing.final
+class Node(_message.Message):
+    """One appliance of a cluster that shares a PostgreSQL journal, as its last heartbeat left it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    SECONDS_SINCE_HEARTBEAT_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    REVIEW_FIELD_NUMBER: _builtins.int
+    PAGES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    SELF_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    name: _builtins.str
+    pid: _builtins.int
+    seconds_since_heartbeat: _builtins.float
+    """on the database's clock"""
+    running: _builtins.int
+    """jobs it holds a lease on now"""
+    state: _builtins.str
+    """running, paused, draining, stopping"""
+    done: _builtins.int
+    """since that node started"""
+    failed: _builtins.int
+    review: _builtins.int
+    pages_per_second: _builtins.float
+    """over its last minute"""
+    self: _builtins.bool
+    """the node that answered"""
+    def __init__(
+        self_,  # pyright: ignore[reportSelfClsParameterName]
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        seconds_since_heartbeat: _builtins.float = ...,
+        running: _builtins.int = ...,
+        state: _builtins.str = ...,
+        done: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        review: _builtins.int = ...,
+        pages_per_second: _builtins.float = ...,
+        self: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "failed", b"failed", "id", b"id", "name", b"name", "pages_per_second", b"pages_per_second", "pid", b"pid", "review", b"review", "running", b"running", "seconds_since_heartbeat", b"seconds_since_heartbeat", "self", b"self", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
 class PagesPerSecond(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -236,6 +293,7 @@ class GetStatusResponse(_message.Message):
     RECENT_ERRORS_FIELD_NUMBER: _builtins.int
     VLM_DECODING_FIELD_NUMBER: _builtins.int
     VLM_DISABLED_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     uptime_seconds: _builtins.float
     state: Global___DaemonState.ValueType
@@ -261,6 +319,12 @@ class GetStatusResponse(_message.Message):
     def vlm_decoding(self) -> Global___VlmDecoding:
         """absent until a page went to the vision-language model"""
 
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
+        """Every node sharing this appliance's PostgreSQL journal (empty with the SQLite journal); the
+        queue above is then the whole cluster's.
+        """
+
     def __init__(
         self,
         *,
@@ -278,10 +342,11 @@ class GetStatusResponse(_message.Message):
         recent_errors: _abc.Iterable[Global___RecentError] | None = ...,
         vlm_decoding: Global___VlmDecoding | None = ...,
         vlm_disabled: _builtins.str | None = ...,
+        nodes: _abc.Iterable[Global___Node] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "nodes", b"nodes", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["gpu_memory_budget_bytes"]  # noqa: Y015
     _WhichOneofArgType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes"]  # noqa: Y015
