@@ -67,7 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     audit_verify = audit_commands.add_parser(
         "verify", help="check an audit log's hash chain (exit 7 on any edited, removed or reordered entry)"
     )
-    audit_verify.add_argument("file", type=Path)
+    audit_source = audit_verify.add_mutually_exclusive_group(required=True)
+    audit_source.add_argument("file", type=Path, nargs="?", help="the audit log file (SQLite journal)")
+    audit_source.add_argument(
+        "--config", type=Path, help="verify the chain in the PostgreSQL journal this config names"
+    )
 
     from appliance import cli_api
 
@@ -98,14 +102,26 @@ def _cmd_config_check(args: argparse.Namespace) -> ExitCode:
 def _cmd_audit_verify(args: argparse.Namespace) -> ExitCode:
     from appliance.audit import verify
 
-    result = verify(args.file)
+    if args.config is not None:
+        config = _load(args.config)
+        if config.journal.backend != "postgresql" or config.journal.dsn is None:
+            audit_file = config.paths.state_dir / "audit.jsonl"
+            print(f"{args.config}: the SQLite journal's chain is the file {audit_file}", file=sys.stderr)
+            return ExitCode.USAGE
+        from appliance.cluster.audit import verify as verify_database
+
+        source, result = "audit table", verify_database(config.journal.dsn)
+        where_kind = "entry"
+    else:
+        source, result = str(args.file), verify(args.file)
+        where_kind = "line"
     if result.ok:
-        print(f"{args.file}: {result.entries} entries, chain intact, head {result.head_hash}")
+        print(f"{source}: {result.entries} entries, chain intact, head {result.head_hash}")
         return ExitCode.OK
-    where = f"line {result.line}: " if result.line else ""
+    where = f"{where_kind} {result.line}: " if result.line else ""
     problem = result.problem.value if result.problem else "invalid"
-    print(f"{args.file}: {where}{problem}: {result.message}", file=sys.stderr)
-    print(f"{args.file}: {result.entries} entries verified before it", file=sys.stderr)
+    print(f"{source}: {where}{problem}: {result.message}", file=sys.stderr)
+    print(f"{source}: {result.entries} entries verified before it", file=sys.stderr)
     return ExitCode.AUDIT_TAMPERED
 
 

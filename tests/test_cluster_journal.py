@@ -5,16 +5,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 import pytest
 
 from appliance.audit import Problem
+from appliance.cli import main
 from appliance.cluster import audit as chain
 from appliance.cluster.journal import LEASE_EXPIRED_REASON, PostgresJournal
 from appliance.cluster.schema import SCHEMA_VERSION
-from appliance.errors import FailureReason
+from appliance.errors import ExitCode, FailureReason
 from appliance.journal import (
     RECOVER_REASON,
     AlreadyClaimedError,
@@ -327,3 +329,24 @@ def test_a_node_takes_only_jobs_of_the_folders_it_serves(dsn: str) -> None:
         assert a.start_next(sources=["/nowhere"]) is None
         assert a.start_next(sources=["/other"]).id == theirs  # type: ignore[union-attr]
         assert a.start_next(sources=["/in", "/other"]).id == mine  # type: ignore[union-attr]
+
+
+def test_audit_verify_checks_the_database_chain_a_config_names(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _node(dsn, "a") as a:
+        for index in range(2):
+            job_id = _add(a, index)
+            a.start_next()
+            a.finish(job_id, JobState.DONE, "read", audit={"job": job_id})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"paths: {{state_dir: state, spool_dir: spool}}\njournal: {{backend: postgresql, dsn: '{dsn}'}}\n",
+        encoding="utf-8",
+    )
+    assert main(["audit", "verify", "--config", str(config)]) == ExitCode.OK
+    assert "2 entries, chain intact" in capsys.readouterr().out
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM audit WHERE seq = 1")
+    assert main(["audit", "verify", "--config", str(config)]) == ExitCode.AUDIT_TAMPERED
+    assert "removed" in capsys.readouterr().err
