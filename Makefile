@@ -153,6 +153,8 @@ install-files:
 		systemd/ocr-appliance.service.in > $(DESTDIR)$(UNITDIR)/ocr-appliance.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/ocr-appliance.service
 	install -m 0644 systemd/nvidia.conf $(DESTDIR)$(DOCDIR)/nvidia.conf
+	@# The PostgreSQL journal's drop-ins, for a site to copy into ocr-appliance.service.d/ (README).
+	install -m 0644 systemd/postgresql-local.conf systemd/postgresql-tcp.conf $(DESTDIR)$(DOCDIR)/
 	if [ "$(ORT)" = gpu ]; then install -D -m 0644 systemd/nvidia.conf \
 		$(DESTDIR)$(UNITDIR)/ocr-appliance.service.d/nvidia.conf; fi
 	install -m 0644 systemd/ocr-appliance.sysusers $(DESTDIR)$(SYSUSERSDIR)/ocr-appliance.conf
