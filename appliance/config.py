@@ -44,16 +44,24 @@ class PrecisionConfig(_Strict):
 
 ModelSet = Literal["ppocrv6_small", "ppocrv5_mobile"]
 
+# The engine sections that configure a second reader, in the order `reader: null` looks for one.
+SECOND_READERS = ("vlm_gguf", "onnx_reader")
 
-class SecondReaderConfig(_Strict):
-    """A second recogniser that reads again the lines the first one is unsure of.
 
-    Two recognisers trained apart err on different lines; each unsure line keeps whichever read
-    is the more confident, so the second costs time only on the lines that need it.
+class OnnxReaderConfig(_Strict):
+    """An ONNX recogniser as the cascade's second reader: it reads again the line crops a profile sends it.
+
+    Two recognisers trained apart err on different lines; a fast one reads every line and this
+    one only the lines below the profile's `cascade.min_confidence` (profiles.NAME.cascade with
+    `unit: lines`), so it costs time only where the first read is unsure.
     """
 
-    models: ModelSet = "ppocrv5_mobile"  # the set whose recogniser (and dictionary) reads again
-    min_confidence: StrictFloat = Field(default=0.9, gt=0, le=1)  # lines read below this go to it
+    models: ModelSet = "ppocrv6_small"  # the built-in set whose recogniser (and dictionary) reads again
+    provider: Literal["auto", "cpu", "cuda"] = "auto"
+    intra_op_threads: StrictInt = Field(default=0, ge=0)  # 0: onnxruntime's own choice (every core)
+    # Narrower lines are padded to this width, as engine.ppocr_onnx.rec_min_width.
+    rec_min_width: StrictInt = Field(default=320, ge=16, le=1024)
+    fold_affine: StrictBool = True  # as engine.ppocr_onnx.fold_affine
 
 
 class PpocrOnnxConfig(_Strict):
@@ -116,10 +124,24 @@ class PpocrOnnxConfig(_Strict):
     use_line_orientation: StrictBool = True
     orientation_flip_threshold: StrictFloat = Field(default=0.9, ge=0.5, le=1)
     min_line_confidence: StrictFloat = Field(default=0.5, ge=0, le=1)
-    second_reader: SecondReaderConfig | None = None
     # A line's box (reading order, word boxes, the PDF text layer) is its detected quad narrowed
     # to this share of its thickness: the quad is grown past the glyphs for the recogniser's crop.
     line_box_share: StrictFloat = Field(default=0.8, gt=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _second_reader_moved(cls, raw: object) -> object:
+        # The second recogniser became a second reader of the cascade, beside the VLM: one role.
+        # An explicit null (no second reader) still means what it meant and is dropped.
+        if isinstance(raw, dict) and "second_reader" in raw:
+            if raw["second_reader"] is None:
+                return {key: value for key, value in raw.items() if key != "second_reader"}
+            raise ValueError(
+                "second_reader was replaced: set engine.onnx_reader.models to the second recogniser's "
+                "set and, in each profile that should use it, cascade: {mode: below_threshold, unit: "
+                "lines, min_confidence: <its old min_confidence>, reader: onnx_reader, keep: more_confident}"
+            )
+        return raw
 
 
 VlmFamily = Literal["paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "smolvlm"]
@@ -175,8 +197,13 @@ class EngineConfig(_Strict):
 
     name: Literal["ppocr_onnx"] = "ppocr_onnx"
     ppocr_onnx: PpocrOnnxConfig = PpocrOnnxConfig()
-    # The second reader of the cascade (profiles.NAME.cascade); None: no VLM installed.
-    vlm_gguf: VlmGgufConfig | None = None
+    # The second readers a profile's cascade may use (profiles.NAME.cascade.reader); None: not loaded.
+    vlm_gguf: VlmGgufConfig | None = None  # a VLM; None: no VLM installed
+    onnx_reader: OnnxReaderConfig | None = None  # a second ONNX recogniser, for `unit: lines`
+
+    def second_readers(self) -> tuple[str, ...]:
+        """The second readers this config loads, by section name."""
+        return tuple(name for name in SECOND_READERS if getattr(self, name) is not None)
 
 
 class RasterizeConfig(_Strict):
@@ -285,7 +312,7 @@ class RoutingConfig(_Strict):
 
 
 class CascadeConfig(_Strict):
-    """Which pages the VLM (engine.vlm_gguf) reads again after the ONNX engine, and what it may cost."""
+    """Which pages or lines a second reader reads again after the first engine, and what it may cost."""
 
     # off: ONNX only; below_threshold: pages whose mean character confidence is below
     # min_confidence; always: every page. The ONNX text is the VLM's draft in every case.
@@ -296,6 +323,11 @@ class CascadeConfig(_Strict):
     unit: Literal["page", "lines"] = "page"
     min_confidence: StrictFloat = Field(default=0.9, ge=0, le=1)
     timeout_seconds: StrictFloat = Field(default=120.0, gt=0)  # then the ONNX read stands
+    # The second reader (an engine section: vlm_gguf, onnx_reader); None: the one the engine has.
+    reader: Literal["vlm_gguf", "onnx_reader"] | None = None
+    # second: a line read again takes the second read (a VLM's token probabilities do not compare
+    # with a recogniser's); more_confident: it keeps whichever read is surer (two recognisers).
+    keep: Literal["second", "more_confident"] = "second"
 
 
 class ProfileConfig(_Strict):
@@ -445,10 +477,22 @@ class AppConfig(_Strict):
                     f"hot_folders[{index}].profile {folder.profile!r} is not a profile ({known})"
                 )
         for name, profile in self.profiles.items():
-            if profile.cascade.mode != "off" and self.engine.vlm_gguf is None:
+            cascade = profile.cascade
+            if cascade.mode == "off":
+                continue
+            loaded = self.engine.second_readers()
+            key = f"profiles.{name}.cascade"
+            if cascade.reader is not None and cascade.reader not in loaded:
+                raise ValueError(f"{key}.reader is {cascade.reader!r} but engine.{cascade.reader} is not set")
+            if cascade.reader is None and not loaded:
                 raise ValueError(
-                    f"profiles.{name}.cascade.mode is {profile.cascade.mode!r} but engine.vlm_gguf is not set"
+                    f"{key}.mode is {cascade.mode!r} but no second reader is set "
+                    "(engine.vlm_gguf or engine.onnx_reader)"
                 )
+            if cascade.reader is None and len(loaded) > 1:
+                raise ValueError(f"{key}.reader must name one of {', '.join(loaded)}: the engine has both")
+            if (cascade.reader or loaded[0]) == "onnx_reader" and cascade.unit != "lines":
+                raise ValueError(f"{key}.unit must be 'lines' with the onnx_reader: it reads line crops")
         return self
 
     def profile(self, name: str) -> ProfileConfig:

@@ -2,14 +2,17 @@
 
 The benchmarks (`bench.ocr_bench --variant`, `bench.ort_profile`) name the configurations they
 compare this way; a spec is the precision (`fp32`, `int8`, or per role `det=int8,rec=fp32`) and
-`+key=value` options, each an engine.ppocr_onnx key or a rasterize key.
+`+key=value` options, each an engine.ppocr_onnx key or a rasterize key. `+second_reader=MODELS@T`
+adds a second ONNX recogniser (engine.onnx_reader with that model set) reading again the lines
+the first one reads below confidence T, through the line cascade; `+keep=more_confident` makes
+each such line keep the surer of its two reads instead of the second.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from appliance.config import EngineConfig, PpocrOnnxConfig, RasterizeConfig
+from appliance.config import CascadeConfig, EngineConfig, OnnxReaderConfig, PpocrOnnxConfig, RasterizeConfig
 
 
 def _option_value(value: str) -> int | float | bool | str:
@@ -35,10 +38,45 @@ def variant_rasterize_config(base: RasterizeConfig, spec: str) -> RasterizeConfi
     return RasterizeConfig.model_validate({**base.model_dump(), **updates})
 
 
+# Options that configure the cascade, not engine.ppocr_onnx.
+_CASCADE_OPTIONS = ("second_reader", "keep")
+
+
+def _second_reader(spec: str) -> tuple[str, float] | None:
+    """The second reader's model set and confidence limit of a variant (`second_reader=SET@T`)."""
+    for option in spec.split("+")[1:]:
+        key, _, value = option.partition("=")
+        if key == "second_reader":
+            models, _, limit = value.partition("@")
+            return models, float(limit) if limit else CascadeConfig().min_confidence
+    return None
+
+
+def variant_cascade_config(spec: str) -> CascadeConfig | None:
+    """The line cascade a variant's `second_reader` asks for; None when it names none."""
+    second = _second_reader(spec)
+    if second is None:
+        return None
+    options = dict(option.partition("=")[::2] for option in spec.split("+")[1:])
+    return CascadeConfig.model_validate(
+        {
+            "mode": "below_threshold",
+            "unit": "lines",
+            "min_confidence": second[1],
+            "reader": "onnx_reader",
+            "keep": options.get("keep", "second"),
+        }
+    )
+
+
 def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
     """The engine config with a variant's precision and options, e.g. `rec=int8+threads=1`."""
     precision_part, *options = spec.split("+")
-    options = [option for option in options if option.partition("=")[0] not in RasterizeConfig.model_fields]
+    options = [
+        option
+        for option in options
+        if option.partition("=")[0] not in (*RasterizeConfig.model_fields, *_CASCADE_OPTIONS)
+    ]
     roles = ("det", "cls", "rec")
     if precision_part in ("fp32", "fp16", "int8"):
         precision = dict.fromkeys(roles, precision_part)
@@ -51,11 +89,11 @@ def variant_engine_config(base: EngineConfig, spec: str) -> EngineConfig:
     for option in options:
         key, _, value = option.partition("=")
         field_name = {"threads": "intra_op_threads", "det_limit": "det_limit_side_len"}.get(key, key)
-        if field_name == "second_reader":  # `second_reader=ppocrv5_mobile@0.9`
-            models, _, limit = value.partition("@")
-            updates[field_name] = {"models": models, **({"min_confidence": float(limit)} if limit else {})}
-            continue
         updates[field_name] = _option_value(value)
     # Only the keys the base config set itself, so that the keys a preset fills stay the preset's.
     merged = {**base.ppocr_onnx.model_dump(exclude_unset=True), **updates}
-    return base.model_copy(update={"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)})
+    engine: dict[str, Any] = {"ppocr_onnx": PpocrOnnxConfig.model_validate(merged)}
+    second = _second_reader(spec)
+    if second is not None:
+        engine["onnx_reader"] = OnnxReaderConfig.model_validate({"models": second[0]})
+    return base.model_copy(update=engine)

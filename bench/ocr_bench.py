@@ -7,8 +7,14 @@ Usage: python -m bench.ocr_bench [--config FILE] [--limit N] [--json OUT] [--no-
 `--variant` runs the appliance several times side by side, page by page in turn, so that the
 machine's load falls on all of them alike: SPEC is `int8` or `fp32` (every model), or a list
 such as `det=fp32,cls=int8,rec=int8`, optionally with `+threads=1`, `+det_limit=960` or any other
-engine.ppocr_onnx key (`+rec_min_width=160`, `+fold_affine=false`, `+models=ppocrv5_mobile`,
-`+second_reader=ppocrv5_mobile@0.9`) or rasterize key (`+jpeg_draft_megapixels=0`).
+engine.ppocr_onnx key (`+rec_min_width=160`, `+fold_affine=false`, `+models=ppocrv5_mobile`) or
+rasterize key (`+jpeg_draft_megapixels=0`); `+second_reader=ppocrv6_small@0.9` adds a second ONNX
+recogniser that reads again, through the line cascade, the lines read below 0.9 (appliance/variants.py).
+
+Memory: each variant is also loaded in a child process of its own, which reads the first
+`--rss-pages` pages of every set; its peak resident set size (VmHWM) after loading and after
+those pages is printed. A child per variant, because a process's high-water mark is one for
+all the variants it holds (and the first would pay for the shared libraries alone).
 
 Each DATASET_DIR holds images/, gt/*.json (`image`, `lines` with `text` and `box`) and
 scoring.json (`case_insensitive`). The data is read in place and never copied.
@@ -27,6 +33,7 @@ per stage from the page's `timings_ms`.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import io
 import json
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +52,13 @@ from appliance.document import Box
 from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
-from appliance.variants import variant_engine_config, variant_rasterize_config
+from appliance.variants import variant_cascade_config, variant_engine_config, variant_rasterize_config
 from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
 OURS = "appliance"
 TESSERACT = "tesseract"
-STAGES = ("rasterize", "preprocess", "det", "cls", "rec", "layout")
+STAGES = ("rasterize", "preprocess", "det", "cls", "rec", "rec2", "layout")
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,49 @@ def run_ours(processor: DocumentProcessor, image: Path) -> tuple[list[TextLine],
     return lines, stages
 
 
+def build_processor(config: AppConfig, spec: str | None) -> tuple[Any, DocumentProcessor]:
+    """The engine and processor of a variant (None: the config as it is), with its line cascade."""
+    if spec is None:
+        engine_config, rasterize_config, cascade = config.engine, config.rasterize, None
+    else:
+        engine_config = variant_engine_config(config.engine, spec)
+        rasterize_config = variant_rasterize_config(config.rasterize, spec)
+        cascade = variant_cascade_config(spec)
+    engine = build_engine(engine_config)
+    return engine, DocumentProcessor(engine, Rasterizer(rasterize_config), cascade=cascade)
+
+
+def _peak_rss_bytes() -> int:
+    """The peak resident set size of the calling process (VmHWM), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def variant_rss(config: AppConfig, spec: str | None, images: list[Path]) -> tuple[int, int]:
+    """Run in a fresh child: peak RSS after loading the variant, and after reading `images`."""
+    engine, processor = build_processor(config, spec)
+    loaded = _peak_rss_bytes()
+    for image in images:
+        processor.process(image)
+    engine.close()
+    return loaded, _peak_rss_bytes()
+
+
+def measure_rss(config: AppConfig, specs: list[str | None], images: list[Path]) -> dict[str, tuple[int, int]]:
+    """Each variant's peak RSS in a child process of its own (spawned: nothing inherited)."""
+    peaks: dict[str, tuple[int, int]] = {}
+    for spec in specs:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=get_context("spawn")) as child:
+            peaks[_name(spec)] = child.submit(variant_rss, config, spec, images).result()
+    return peaks
+
+
+def _name(spec: str | None) -> str:
+    return OURS if spec is None else f"{OURS}:{spec}"
+
+
 def _p90(values: list[float]) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
@@ -154,6 +205,14 @@ def summarize(run: EngineRun) -> dict[str, Any]:
         # Means add up to the mean page time, which pages/s is the inverse of; medians do not.
         "stage_ms_mean": {stage: statistics.fmean(v) for stage, v in run.stage_ms.items() if v},
     }
+
+
+def print_rss(peaks: dict[str, tuple[int, int]], pages: int) -> None:
+    print(f"\n== peak RSS (MiB), each variant alone in a child process, {pages} page(s) read ==")
+    width = max([10, *(len(name) for name in peaks)])
+    print(f"{'engine':<{width}} {'loaded':>8} {'after pages':>11}")
+    for name, (loaded, peak) in peaks.items():
+        print(f"{name:<{width}} {loaded / 2**20:>8.0f} {peak / 2**20:>11.0f}")
 
 
 def print_tables(dataset: str, summaries: list[dict[str, Any]]) -> None:
@@ -275,23 +334,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-peers", action="store_true", help="run no peer engine")
     parser.add_argument(
+        "--rss-pages",
+        type=int,
+        default=3,
+        help="pages of each set a variant's child process reads for its peak RSS (-1: no RSS run)",
+    )
+    parser.add_argument(
         "--variant", action="append", default=[], help="engine variant to run side by side (repeatable)"
     )
     args = parser.parse_args(argv)
 
     config = load_config(args.config) if args.config else AppConfig()
+    specs: list[str | None] = list(args.variant) or [None]
+    peaks: dict[str, tuple[int, int]] = {}
+    if args.rss_pages >= 0:
+        # Before the timed run, so that no child competes with it for the cores.
+        rss_images = [
+            page.image for folder in args.datasets for page in load_dataset(folder, args.rss_pages)[0]
+        ]
+        peaks = measure_rss(config, specs, rss_images)
+        print_rss(peaks, len(rss_images))
     load_started = time.perf_counter()
     engines = {}
     processors = {}
-    for spec in args.variant or [None]:
-        name = OURS if spec is None else f"{OURS}:{spec}"
-        if spec is None:
-            engine_config, rasterize_config = config.engine, config.rasterize
-        else:
-            engine_config = variant_engine_config(config.engine, spec)
-            rasterize_config = variant_rasterize_config(config.rasterize, spec)
-        engines[name] = build_engine(engine_config)
-        processors[name] = DocumentProcessor(engines[name], Rasterizer(rasterize_config))
+    for spec in specs:
+        engines[_name(spec)], processors[_name(spec)] = build_processor(config, spec)
     load_s = time.perf_counter() - load_started
     print(f"{len(engines)} engine(s) loaded in {load_s:.2f}s (not counted in page times)")
     peers: dict[str, Reader] = {}
@@ -320,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
             "config": config.engine.model_dump(mode="json"),
             "engine_load_s": load_s,
             "cpu_count": os.cpu_count(),
+            "peak_rss_bytes": {
+                name: {"loaded": loaded, "after_pages": peak} for name, (loaded, peak) in peaks.items()
+            },
+            "rss_pages_per_set": args.rss_pages,
             "datasets": results,
         }
         args.json_out.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")

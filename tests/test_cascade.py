@@ -112,6 +112,7 @@ def test_an_empty_vlm_answer_on_a_page_with_text_keeps_the_onnx_read() -> None:
     assert result.details["cascade"] == {
         "vlm_used": True,
         "why": "profile reads every page with the VLM",
+        "reader": "vlm_gguf",
         "route": "onnx_fallback",
         "error": "VLM stopped: empty answer",
     }
@@ -178,3 +179,56 @@ def test_line_by_line_stops_sending_when_the_page_time_runs_out() -> None:
     result = Cascade(reader, config).refine(PAGE, first)
     assert reader.hints == [] and [line.text for line in result.lines] == ["A1", "B2"]
     assert result.details["cascade"]["lines_kept"] == ["2 line(s) not sent: the page's time ran out"]
+
+
+class _SurenessReader(FakeVlmReader):
+    """A recogniser-like second reader: each answer comes with its own confidence and crop margin."""
+
+    name = "onnx_reader"
+    line_margin = 0.125
+
+    def __init__(self, answers: dict[str, tuple[str, float]]) -> None:
+        super().__init__([])
+        self.sure = answers
+        self.crops: list[np.ndarray] = []
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        self.crops.append(image)
+        self.hints.append(hint)
+        self.shapes.append(image.shape[:2])
+        text, confidence = self.sure[str(hint)]
+        height, width = image.shape[:2]
+        line = make_line(text, [confidence] * len(text), (0.0, 0.0, float(width), float(height)))
+        return PageText(lines=[line], timings_ms={"rec2": 2.0}, details={self.name: {"lines_read": 1}})
+
+
+def test_keep_more_confident_lets_a_surer_first_read_stand_and_the_second_replace_the_rest() -> None:
+    first = PageText(lines=[_onnx_line("A1", 20.0, 0.6), _onnx_line("B2", 60.0, 0.8)])
+    answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.7)}
+    config = CascadeConfig(mode="always", unit="lines", reader="onnx_reader", keep="more_confident")
+    result = Cascade(_SurenessReader(answers), config).refine(PAGE, first)
+    assert [line.text for line in result.lines] == ["A7", "B2"]
+    assert [line.engine for line in result.lines] == ["onnx_reader", "ppocr_onnx"]
+    cascade = result.details["cascade"]
+    assert (
+        cascade["reader"] == "onnx_reader" and cascade["lines_replaced"] == 1 and cascade["lines_kept"] == []
+    )
+    assert result.timings_ms["rec2"] == 4.0 and result.details["onnx_reader"]["lines_read"] == 2
+    # keep: second (the VLM's rule) takes the second read even where it is less sure.
+    second = Cascade(_SurenessReader(answers), CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    assert [line.text for line in second.lines] == ["A7", "B8"]
+
+
+def test_a_reader_gets_its_own_margin_and_an_upside_down_line_turned_upright() -> None:
+    page = np.full((400, 300, 3), 255, dtype=np.uint8)
+    page[200:210, 20:120] = 0  # ink in the top-left half of the line's box
+    line = _onnx_line("TOTAL 12.5O", 200.0, 0.5)
+    line.rotated_180 = True
+    reader = _SurenessReader({"TOTAL 12.5O": ("TOTAL 12.50", 0.99)})
+    Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(PAGE, PageText(lines=[line]))
+    # The box (200 x 20) with an eighth of its height (2.5 px, rounded outwards) round it, not the
+    # VLM's quarter (30 x 210).
+    assert reader.shapes == [(26, 206)]
+    Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(page, PageText(lines=[line]))
+    crop = reader.crops[-1]
+    assert crop[-10:, -100:].mean() < crop[:10, :100].mean(), "the ink is now bottom right: turned 180"

@@ -158,7 +158,7 @@ def test_a_failing_vlm_leaves_the_onnx_read_and_counts_a_fallback(tmp_path: Path
 def test_a_cascade_without_a_vlm_is_a_configuration_error(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("profiles:\n  default:\n    cascade:\n      mode: always\n")
-    with pytest.raises(ConfigError, match=r"engine\.vlm_gguf is not set"):
+    with pytest.raises(ConfigError, match=r"no second reader is set \(engine\.vlm_gguf or"):
         load_config(path)
 
 

@@ -1,4 +1,4 @@
-"""The engine's model sets: PP-OCRv6 with its dictionary from the model, and a second reader."""
+"""The engine's model sets: PP-OCRv6 with its dictionary from the model (second readers: elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 import pytest
 
-from appliance.config import PpocrOnnxConfig, SecondReaderConfig
+from appliance.config import PpocrOnnxConfig
 from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.engines.ppocr_onnx.recognition import LineRead, align_keys, model_keys
+from appliance.engines.ppocr_onnx.recognition import align_keys, model_keys
 from appliance.errors import ModelError
 from appliance.pipeline.layout import order_page
 from tests import rendering
@@ -96,50 +96,6 @@ def test_a_derived_set_made_from_another_sets_model_is_refused(tmp_path: Path) -
     config = PpocrOnnxConfig(provider="cpu", variant_dir=tmp_path, precision={"det": "int8"})
     with pytest.raises(ModelError, match="not from PP-OCRv6_det_small"):
         PpocrOnnxEngine(config)
-
-
-class _FixedRecognizer:
-    """Stands in for the second recogniser: every crop reads as the same text and confidence."""
-
-    def __init__(self, text: str, confidence: float) -> None:
-        self.read: list[np.ndarray] = []
-        self._text, self._confidence = text, confidence
-
-    def recognize(self, crops: list[np.ndarray]) -> list[LineRead]:
-        self.read.extend(crops)
-        return [
-            LineRead(self._text, [self._confidence] * len(self._text), [0.5] * len(self._text)) for _ in crops
-        ]
-
-
-@pytest.fixture(scope="module")
-def second_reader_engine() -> PpocrOnnxEngine:
-    loaded = PpocrOnnxEngine(
-        PpocrOnnxConfig(provider="cpu", second_reader=SecondReaderConfig(min_confidence=1.0))
-    )
-    yield loaded  # type: ignore[misc]
-    loaded.close()
-
-
-def test_the_second_reader_reads_only_unsure_lines_and_keeps_the_more_confident_read(
-    second_reader_engine: PpocrOnnxEngine,
-) -> None:
-    page = rendering.receipt().bgr()
-    first = second_reader_engine.recognize(page)
-    assert first.details["second_reader"]["lines_read"] == len(first.lines), "every line is below 1.0"
-    assert "rec2" in first.timings_ms
-    assert [model["role"] for model in second_reader_engine.describe()["models"]][-1] == "rec2"
-
-    surer = _FixedRecognizer("SURE", 0.999_999)
-    second_reader_engine._second = surer  # type: ignore[assignment]
-    assert {line.text for line in second_reader_engine.recognize(page).lines} == {"SURE"}
-    assert surer.read, "the unsure lines' crops went to the second reader"
-
-    unsure = _FixedRecognizer("GUESS", 0.01)
-    second_reader_engine._second = unsure  # type: ignore[assignment]
-    texts = {line.text for line in second_reader_engine.recognize(page).lines}
-    assert "GUESS" not in texts
-    assert "TOTAL" in texts
 
 
 def test_a_line_box_is_its_quad_narrowed_across_the_reading_direction() -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from appliance.config import EngineConfig, VlmGgufConfig
+from appliance.config import EngineConfig, OnnxReaderConfig, VlmGgufConfig
 from appliance.engines import factory
 from appliance.engines.base import Engine, SecondReader
 from appliance.engines.details import CascadeRecord, ReadFigures
+from appliance.errors import ModelError
 from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
 from tests.fakes.engines import FakeVlmReader, FixedTextEngine
 
@@ -72,6 +73,66 @@ def test_a_second_reader_is_paired_with_the_first_and_given_a_workers_share(
     assert engine.describe()["vlm"]["name"] == "vlm_gguf"
     engine.close()
     assert closed == ["vlm"]
+
+
+class _Reader(FakeVlmReader):
+    """A second reader of a given name that records its closing."""
+
+    def __init__(self, name: str, closed: list[str]) -> None:
+        super().__init__(["HELLO"])
+        self.name = name
+        self._closed = closed
+
+    def close(self) -> None:
+        self._closed.append(self.name)
+
+
+def test_every_configured_second_reader_is_built_and_found_by_name(registry: None, tmp_path: Path) -> None:
+    closed: list[str] = []
+    factory.register_engine("ppocr_onnx")(lambda _config: FixedTextEngine())
+    factory.register_second_reader("vlm_gguf")(lambda _config, _workers: _Reader("vlm_gguf", closed))
+    factory.register_second_reader("onnx_reader")(lambda _config, _workers: _Reader("onnx_reader", closed))
+    config = EngineConfig(vlm_gguf=VlmGgufConfig(model_dir=tmp_path), onnx_reader=OnnxReaderConfig())
+
+    engine = factory.build_engine(config)
+
+    onnx = factory.second_reader_of(engine, "onnx_reader")
+    assert onnx is not None and onnx.name == "onnx_reader"
+    assert factory.vlm_of(engine) is factory.second_reader_of(engine, "vlm_gguf")
+    assert set(engine.describe()["second_readers"]) == {"vlm_gguf", "onnx_reader"}
+    engine.close()
+    assert closed == ["vlm_gguf", "onnx_reader"]
+
+
+def test_a_second_reader_that_fails_to_load_closes_what_was_built(registry: None, tmp_path: Path) -> None:
+    closed: list[str] = []
+
+    class First(FixedTextEngine):
+        def close(self) -> None:
+            closed.append("first")
+
+    def broken(_config: EngineConfig, _workers: int) -> SecondReader:
+        raise ModelError("onnx_reader: the recogniser's sha256 does not match")
+
+    factory.register_engine("ppocr_onnx")(lambda _config: First())
+    factory.register_second_reader("vlm_gguf")(lambda _config, _workers: _Reader("vlm_gguf", closed))
+    factory.register_second_reader("onnx_reader")(broken)
+    config = EngineConfig(vlm_gguf=VlmGgufConfig(model_dir=tmp_path), onnx_reader=OnnxReaderConfig())
+
+    with pytest.raises(ModelError, match="sha256"):
+        factory.build_engine(config)
+    assert closed == ["vlm_gguf", "first"]
+
+
+def test_the_onnx_reader_alone_is_the_engines_second_reader(registry: None) -> None:
+    factory.register_engine("ppocr_onnx")(lambda _config: FixedTextEngine())
+    factory.register_second_reader("onnx_reader")(lambda _config, _workers: _Reader("onnx_reader", []))
+
+    engine = factory.build_engine(EngineConfig(onnx_reader=OnnxReaderConfig()))
+
+    assert factory.second_reader_of(engine) is factory.second_reader_of(engine, "onnx_reader")
+    assert factory.second_reader_of(engine, "vlm_gguf") is None
+    assert engine.describe()["second_readers"]["onnx_reader"]["name"] == "onnx_reader"
 
 
 def test_the_registry_loads_no_engine_runtime_until_an_engine_is_built() -> None:

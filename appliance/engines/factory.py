@@ -65,35 +65,50 @@ def _vlm_gguf(config: EngineConfig, workers: int) -> SecondReader:
     return VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share}))
 
 
-class EnginePair:
-    """The engine that reads every page, and the second reader that profiles with a cascade send pages to.
+@register_second_reader("onnx_reader")
+def _onnx_reader(config: EngineConfig, workers: int) -> SecondReader:
+    from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader  # onnxruntime loads only when used
 
-    It reads as its first engine does; the document processor finds the second reader here and
-    builds a cascade for the profile. Both live in one worker process, so a page's image is never
-    copied between processes and the VLM's memory plan counts once per worker.
+    assert config.onnx_reader is not None
+    return OnnxLineReader(config.onnx_reader)
+
+
+class EnginePair:
+    """The engine that reads every page, and the second readers profiles with a cascade send reads to.
+
+    It reads as its first engine does; the document processor finds a profile's second reader
+    here (`second_reader_of`) and builds a cascade for it. All live in one worker process, so a
+    page's image is never copied between processes and the VLM's memory plan counts once per worker.
     """
 
-    def __init__(self, first: Engine, vlm: SecondReader) -> None:
+    def __init__(self, first: Engine, *readers: SecondReader) -> None:
+        if not readers:
+            raise ValueError("an EnginePair needs at least one second reader")
         self.first = first
-        self.vlm = vlm
+        self.readers = {reader.name: reader for reader in readers}
         self.name = first.name
 
+    @property
+    def vlm(self) -> SecondReader:
+        """The first of the second readers (the VLM, where one is loaded: it is registered first)."""
+        return next(iter(self.readers.values()))
+
     def describe(self) -> dict[str, Any]:
-        return {**self.first.describe(), "vlm": self.vlm.describe()}
+        # "vlm" stays the first reader's description: the status API looks for the VLM's memory there.
+        described: dict[str, Any] = {"vlm": self.vlm.describe()}
+        if len(self.readers) > 1 or self.vlm.name != "vlm_gguf":
+            described["second_readers"] = {name: reader.describe() for name, reader in self.readers.items()}
+        return {**self.first.describe(), **described}
 
     def recognize(self, image: np.ndarray) -> PageText:
         return self.first.recognize(image)
 
     def close(self) -> None:
         try:
-            self.vlm.close()
+            for reader in self.readers.values():
+                reader.close()
         finally:
             self.first.close()
-
-
-def _second_reader_sections(config: EngineConfig) -> list[str]:
-    """The registered second readers the config has a section for."""
-    return [name for name in _SECOND_READERS if getattr(config, name, None) is not None]
 
 
 def build_engine(config: EngineConfig, workers: int = 1) -> Engine:
@@ -106,20 +121,30 @@ def build_engine(config: EngineConfig, workers: int = 1) -> Engine:
     if loader is None:  # the config schema lists the engines; a registry out of step with it is a bug
         raise ValueError(f"unknown engine {config.name!r}; registered: {', '.join(_ENGINES)}")
     first = loader(config)
-    sections = _second_reader_sections(config)
-    if not sections:
-        return first
+    readers: list[SecondReader] = []
     try:
-        vlm = _SECOND_READERS[sections[0]](config, workers)
+        for name in config.second_readers():
+            if name not in _SECOND_READERS:  # as with engines: the schema and the registry disagree
+                raise ValueError(f"unknown second reader {name!r}; registered: {', '.join(_SECOND_READERS)}")
+            readers.append(_SECOND_READERS[name](config, workers))
     except BaseException:
+        for reader in readers:
+            reader.close()
         first.close()
         raise
-    return EnginePair(first, vlm)
+    return EnginePair(first, *readers) if readers else first
+
+
+def second_reader_of(engine: Engine, name: str | None = None) -> SecondReader | None:
+    """The second reader `name` held by an engine built here (None: its first one), if it has it."""
+    if not isinstance(engine, EnginePair):
+        return None
+    return engine.vlm if name is None else engine.readers.get(name)
 
 
 def vlm_of(engine: Engine) -> SecondReader | None:
-    """The cascade's second reader held by an engine built here, if any."""
-    return engine.vlm if isinstance(engine, EnginePair) else None
+    """The cascade's second reader held by an engine built here, if any (its first one)."""
+    return second_reader_of(engine)
 
 
 __all__ = [
@@ -128,5 +153,6 @@ __all__ = [
     "engine_names",
     "register_engine",
     "register_second_reader",
+    "second_reader_of",
     "vlm_of",
 ]

@@ -1,4 +1,4 @@
-"""The engine cascade: the ONNX engine reads every page, the VLM reads again the pages a profile sends it."""
+"""The engine cascade: the first engine reads every page, a second reader what a profile sends it."""
 
 from __future__ import annotations
 
@@ -60,14 +60,19 @@ def page_confidence(lines: list[Line]) -> float | None:
 
 
 class Cascade:
-    """Decides per page whether the VLM reads it, gives it the ONNX text as a draft, and falls back.
+    """Decides per page whether a second reader reads it, gives it the first text as a draft, falls back.
 
-    A VLM failure, timeout or loop never loses the page: the ONNX read stands and the page says why.
+    The second reader is any registered SecondReader (engines/factory.py): the VLM, or an ONNX
+    recogniser that reads only line crops. A failure, timeout or loop never loses the page: the
+    first read stands and the page says why.
     """
 
     def __init__(self, reader: SecondReader, config: CascadeConfig) -> None:
         self._reader = reader
         self._config = config
+        # How much paper a line crop gets round the first engine's box, as a share of its height:
+        # the reader's own `line_margin` where it has one (a recogniser wants the detector's crop).
+        self._margin = float(getattr(reader, "line_margin", _CROP_MARGIN))
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -105,7 +110,8 @@ class Cascade:
         this attempt keeps the ONNX read of every page it would have sent, and says why.
         """
         wanted, why = self.wants(first)
-        record: dict[str, Any] = {"vlm_used": wanted, "why": why}
+        # "vlm_used" keeps its name (the result JSON's readers know it); "reader" says which.
+        record: dict[str, Any] = {"vlm_used": wanted, "why": why, "reader": self._reader.name}
         if not wanted:
             return _with(first, details={"cascade": record})
         if skip_reason is not None:
@@ -169,7 +175,8 @@ class Cascade:
                 break
             line = lines[index]
             try:
-                second = self._reader.read(_crop(image, line), hint=line.text, deadline=deadline)
+                crop = _crop(image, line, self._margin)
+                second = self._reader.read(crop, hint=line.text, deadline=deadline)
             except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
                 log.warning("VLM read of a line failed, its ONNX read stands: %s", error)
                 kept.append(f"line {index + 1}: {type(error).__name__}: {error}")
@@ -186,7 +193,10 @@ class Cascade:
             if figures.cut_short or not text:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
-            lines[index] = _line_read_again(second.lines, line, self._reader.name)
+            again = _line_read_again(second.lines, line, self._reader.name)
+            if self._config.keep == "more_confident" and again.confidence <= line.confidence:
+                continue  # the first read was at least as sure: it stands, and that is no failure
+            lines[index] = again
             replaced += 1
         record.update(route="vlm_lines", lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept)
         # One entry per page, as a page read gives, so the status API's sums count pages.
@@ -207,21 +217,28 @@ class Cascade:
 _CROP_MARGIN = 0.25
 
 
-def _crop(image: np.ndarray, line: Line) -> np.ndarray:
-    """The line's region of the page with a margin: cut from the page, or rectified if it slants."""
+def _crop(image: np.ndarray, line: Line, share: float = _CROP_MARGIN) -> np.ndarray:
+    """The line's region of the page with a margin: cut from the page, or rectified if it slants.
+
+    A line the first engine read upside down is turned upright: neither reader reads it turned.
+    """
     if len(line.polygon) == 4:
         quad = np.array(line.polygon, dtype=np.float64)
         if not is_upright(quad):
             # A slanted line's box also holds the ends of the lines above and below it, which a
             # VLM would read as part of this one.
             height = float(np.linalg.norm(quad[3] - quad[0]))
-            return crop_line(image, widen(quad, height * _CROP_MARGIN))[0]
+            return _upright(crop_line(image, widen(quad, height * share))[0], line)
     x0, y0, x1, y1 = line.box
-    margin = (y1 - y0) * _CROP_MARGIN
+    margin = (y1 - y0) * share
     height, width = image.shape[:2]
     left, top = max(0, int(x0 - margin)), max(0, int(y0 - margin))
     right, bottom = min(width, int(np.ceil(x1 + margin))), min(height, int(np.ceil(y1 + margin)))
-    return np.ascontiguousarray(image[top:bottom, left:right])
+    return _upright(image[top:bottom, left:right], line)
+
+
+def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
+    return np.ascontiguousarray(crop[::-1, ::-1] if line.rotated_180 else crop)
 
 
 def _line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line:

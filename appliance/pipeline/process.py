@@ -12,7 +12,7 @@ from appliance import __version__
 from appliance.config import CascadeConfig, PreprocessConfig, RepairConfig, RoutingConfig
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
-from appliance.engines.factory import vlm_of
+from appliance.engines.factory import second_reader_of
 from appliance.errors import DocumentError, FailureReason
 from appliance.hashing import sha256_file
 from appliance.names import display
@@ -52,11 +52,11 @@ class DocumentProcessor:
         cascade: CascadeConfig | None = None,
     ) -> None:
         self._engine = engine
-        vlm = vlm_of(engine)
-        # The profile's cascade, when it has one and a VLM is installed (the config refuses a
-        # cascade without engine.vlm_gguf; a processor built by hand may still pair them wrongly).
+        reader = second_reader_of(engine, cascade.reader) if cascade else None
+        # The profile's cascade, when it has one and its second reader is loaded (the config refuses
+        # a cascade without one; a processor built by hand may still pair them wrongly).
         self._cascade = (
-            Cascade(vlm, cascade) if vlm is not None and cascade and cascade.mode != "off" else None
+            Cascade(reader, cascade) if reader is not None and cascade and cascade.mode != "off" else None
         )
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()

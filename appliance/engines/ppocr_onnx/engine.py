@@ -29,6 +29,7 @@ from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
+from appliance.engines.ppocr_onnx.line_reader import strip_read as _strip
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
@@ -84,16 +85,6 @@ def load_variant_manifest(
             f"--precision {precision} --out {folder}) or set the precision back to fp32"
         )
     return load_manifest(path)
-
-
-def _strip(read: LineRead) -> LineRead:
-    """Drop leading and trailing spaces together with their confidences and positions."""
-    start, end = 0, len(read.text)
-    while start < end and read.text[start].isspace():
-        start += 1
-    while end > start and read.text[end - 1].isspace():
-        end -= 1
-    return LineRead(read.text[start:end], read.confidences[start:end], read.positions[start:end])
 
 
 def _words(read: LineRead, quad: np.ndarray, turned_90: bool, flipped: bool) -> list[Word]:
@@ -229,9 +220,6 @@ class PpocrOnnxEngine:
             kept=kept,
             widths=by_width or None,
         )
-        self._second: TextRecognizer | None = None
-        if config.second_reader is not None:
-            self._second = self._second_recognizer(config)
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
             self._orientation = LineOrientation(
@@ -288,15 +276,6 @@ class PpocrOnnxEngine:
             cuda_options={"cudnn_conv_algo_search": config.cudnn_conv_algo_search},
         )
         return session
-
-    def _second_recognizer(self, config: PpocrOnnxConfig) -> TextRecognizer:
-        """The second reader's recogniser, from its own hash-checked set (the packages' files)."""
-        assert config.second_reader is not None
-        manifest = load_manifest(builtin_manifest_path(config.second_reader.models))
-        paths = verify_models(manifest, None, roles=("rec", "keys"))
-        self._entries["rec2"] = manifest.entry("rec")
-        session = self._open("rec2", paths["rec"], self.graph_at_load("rec2", paths["rec"]))
-        return TextRecognizer(session, dictionary(paths), 1, config.rec_min_width, pool=self._pool)
 
     def graph_at_load(self, role: str, path: Path) -> bytes | None:
         """The serialized graph the engine runs for `role`, or None when that is the file as it is.
@@ -357,19 +336,6 @@ class PpocrOnnxEngine:
                     "fallback_reason": info.fallback_reason if info else None,
                 }
             )
-        if "rec2" in self._entries:
-            entry, info = self._entries["rec2"], self._sessions["rec2"]
-            models.append(
-                {
-                    "role": "rec2",
-                    "name": entry.name,
-                    "file": entry.file,
-                    "sha256": entry.sha256,
-                    "precision": entry.precision,
-                    "provider": info.provider,
-                    "fallback_reason": info.fallback_reason,
-                }
-            )
         return {
             "name": self.name,
             "preset": self._preset,
@@ -414,11 +380,6 @@ class PpocrOnnxEngine:
                     flipped[index] = True
         # "cls" is the whole orientation step: the classifier and the re-reads it asks for.
         timings["cls"] = (time.perf_counter() - started) * 1000
-        second_read = 0
-        if self._second is not None:
-            started = time.perf_counter()
-            second_read = self._read_again(crops, reads, flipped)
-            timings["rec2"] = (time.perf_counter() - started) * 1000
 
         lines: list[Line] = []
         dropped = 0
@@ -455,29 +416,7 @@ class PpocrOnnxEngine:
                 f"{dropped} detected region(s) read as empty or below confidence "
                 f"{self._config.min_line_confidence} and were left out"
             )
-        details = {"second_reader": {"lines_read": second_read}} if self._second is not None else {}
-        return PageText(
-            lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence, details=details
-        )
-
-    def _read_again(self, crops: list[np.ndarray], reads: list[LineRead], flipped: list[bool]) -> int:
-        """The second recogniser reads the unsure lines; each keeps the more confident read.
-
-        Returns how many lines were read again. Confidences of the two models are both mean
-        softmax maxima over the characters written, so they compare well enough to pick a read;
-        a line the first model wrote nothing for is read again too.
-        """
-        assert self._second is not None and self._config.second_reader is not None
-        limit = self._config.second_reader.min_confidence
-        unsure = [i for i, read in enumerate(reads) if read.confidence < limit]
-        if not unsure:
-            return 0
-        upright = [np.ascontiguousarray(crops[i][::-1, ::-1]) if flipped[i] else crops[i] for i in unsure]
-        for index, raw in zip(unsure, self._second.recognize(upright), strict=True):
-            read = _strip(raw)
-            if read.text and read.confidence > reads[index].confidence:
-                reads[index] = read
-        return len(unsure)
+        return PageText(lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence)
 
     def close(self) -> None:
         self._sessions.clear()

@@ -26,23 +26,18 @@ _FP32 = {"det": "fp32", "cls": "fp32", "rec": "fp32"}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # PP-OCRv6 small throughout, its detector at full size, lines padded to its training width.
-    # No second reader: PP-OCRv5's recogniser reading again the lines PP-OCRv6 is unsure of (below
-    # 0.95) made receipts worse (2.69% -> 2.74% CER, 3.51% -> 3.77% counting spaces: it is sure of
-    # itself where it runs words together).
     "accurate": {
         "models": "ppocrv6_small",
         "precision": _INT8_DETECTOR,
         "det_limit_side_len": 1280,
         "rec_min_width": 320,
-        "second_reader": None,
     },
-    # PP-OCRv6 small with a smaller detector input and short lines padded less; no second reader.
+    # PP-OCRv6 small with a smaller detector input and short lines padded less.
     "fast": {
         "models": "ppocrv6_small",
         "precision": _INT8_DETECTOR,
         "det_limit_side_len": 960,
         "rec_min_width": 160,
-        "second_reader": None,
     },
 }
 
