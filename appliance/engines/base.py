@@ -62,11 +62,13 @@ class Engine(Protocol):
 
 
 class SecondReader(Protocol):
-    """What the cascade needs of a second, costlier reader (the VLM): read a page or a region again.
+    """What the cascade needs of a second reader (the VLM, an ONNX recogniser): read a page or region again.
 
     `hint` is the text the first engine read there: the second reader may draft from it (and
     verify rather than write from scratch). `deadline` is a time.monotonic() value by which the
     read should stop. The figures of a read go under `PageText.details[name]` (see details.py).
+    A reader may carry `line_margin`, the paper round a line crop as a share of the line's height
+    (pipeline/cascade.py; a quarter where it has none).
     """
 
     name: str
