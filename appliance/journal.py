@@ -380,7 +380,7 @@ class Journal:
         max_attempts: int = 3,
         max_restarts: int = MAX_DAEMON_RESTARTS,
         *,
-        audit_sink: Callable[[Mapping[str, Any]], None] | None = None,
+        audit_sink: Callable[[Mapping[str, Any]], object] | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1 (got {max_attempts})")

@@ -38,9 +38,19 @@ RULES: dict[str, tuple[str, ...]] = {
         "appliance.engines",
         "appliance.outputs",
         "appliance.document",
+        "appliance.cluster",
+    ),
+    # Its PostgreSQL backend likewise: jobs, leases and the audit chain, nothing of the flow.
+    "appliance.cluster": (
+        *SERVICE,
+        "appliance.intake",
+        "appliance.pipeline",
+        "appliance.engines",
+        "appliance.outputs",
+        "appliance.document",
     ),
     # A document is read the same way in a one-shot `process` and in the daemon.
-    "appliance.pipeline": (*SERVICE, "appliance.intake", "appliance.journal"),
+    "appliance.pipeline": (*SERVICE, "appliance.intake", "appliance.journal", "appliance.cluster"),
     "appliance.outputs": (*SERVICE, "appliance.intake", "appliance.journal", "appliance.engines"),
     "appliance.repair": (
         *SERVICE,
