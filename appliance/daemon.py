@@ -44,7 +44,14 @@ from appliance.errors import ConfigError, FailureReason
 from appliance.filing import Filing
 from appliance.intake.claim import Claimed
 from appliance.intake.hot_folders import HotFolders
-from appliance.journal import AlreadyClaimedError, Job, JobJournal, JobState, LeaseLostError
+from appliance.journal import (
+    AlreadyClaimedError,
+    Job,
+    JobJournal,
+    JobState,
+    JournalUnavailableError,
+    LeaseLostError,
+)
 from appliance.journals import open_journal
 from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
@@ -104,6 +111,10 @@ class Daemon:
             for index in range(config.jobs.workers)
         ]
         self._jobs_by_worker: dict[str, Job] = {}
+        # The ids of the jobs in `_jobs_by_worker`, replaced whole once a tick so that the lease
+        # keeper's thread reads a consistent set without a lock.
+        self._reading: frozenset[str] = frozenset()
+        self._journal_down_since: float | None = None
         # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
         # every job may try the VLM again).
         self._vlm_breaker = VlmBreaker()
@@ -143,7 +154,11 @@ class Daemon:
                 self._filing.settle_finished(job)
         if self._config.journal.backend == "postgresql":
             self._lease_keeper = LeaseKeeper(
-                self.journal, self._config.journal.lease_seconds, self._node_stats, self._settle_on_loop
+                self.journal,
+                self._config.journal.lease_seconds,
+                self._node_stats,
+                self._settle_on_loop,
+                lambda: self._reading,
             )
             self._lease_keeper.start()
         self._hot_folders = HotFolders(
@@ -285,33 +300,58 @@ class Daemon:
         next_prune = time.monotonic()
         try:
             while not stop.is_set():
-                self._hot_folders.drain_events()
                 now = time.monotonic()
-                if now >= next_rescan:
-                    self._hot_folders.rescan()  # safety net for events lost on network mounts or under load
-                    next_rescan = now + self._config.intake.rescan_seconds
-                if now >= next_prune:
-                    self._prune()
-                    next_prune = now + _PRUNE_EVERY_SECONDS
-                if reload is not None and reload.is_set():
-                    reload.clear()
-                    self.reload()
-                self._run_commands()
-                if self.state is DaemonState.RUNNING:
-                    self._hot_folders.intake()
-                self._collect()
-                if self.state is DaemonState.RUNNING:
-                    self._dispatch()
-                if self.state is DaemonState.DRAINING and not self._jobs_by_worker:
-                    log.info("drained: every running job has finished")
-                    break
-                if now >= self._next_review_check:
-                    self._review.check_corrections()
-                    self._next_review_check = now + _REVIEW_CHECK_SECONDS
+                try:
+                    self._hot_folders.drain_events()
+                    if now >= next_rescan:
+                        # The safety net for events lost on network mounts or under load.
+                        self._hot_folders.rescan()
+                        next_rescan = now + self._config.intake.rescan_seconds
+                    if now >= next_prune:
+                        self._prune()
+                        next_prune = now + _PRUNE_EVERY_SECONDS
+                    if reload is not None and reload.is_set():
+                        reload.clear()
+                        self.reload()
+                    self._run_commands()
+                    if self.state is DaemonState.RUNNING:
+                        self._hot_folders.intake()
+                    self._collect()
+                    if self.state is DaemonState.RUNNING:
+                        self._dispatch()
+                    if self.state is DaemonState.DRAINING and not self._jobs_by_worker:
+                        log.info("drained: every running job has finished")
+                        break
+                    if now >= self._next_review_check:
+                        self._review.check_corrections()
+                        self._next_review_check = now + _REVIEW_CHECK_SECONDS
+                    self._journal_back()
+                except JournalUnavailableError as error:
+                    self._journal_away(error)
+                self._reading = frozenset(job.id for job in self._jobs_by_worker.values())
                 self._heartbeat()
                 self._wait_for_work(stop)
         finally:
             self._shutdown()
+
+    def _journal_away(self, error: JournalUnavailableError) -> None:
+        """A shared journal's server is unreachable: say so once, keep the loop alive, try again.
+
+        Nothing is recorded meanwhile; files stay in the hot folders or the spool. A job whose
+        result could not be recorded is let go (its lease is no longer renewed) and read again.
+        """
+        if self._journal_down_since is None:
+            self._journal_down_since = time.monotonic()
+            self._board.error("", str(error))
+            log.error("%s; retrying every tick, files wait", error)
+        time.sleep(1.0)  # at most one attempt a second while the server is away
+
+    def _journal_back(self) -> None:
+        if self._journal_down_since is not None:
+            log.warning(
+                "the journal is reachable again after %.0f s", time.monotonic() - self._journal_down_since
+            )
+            self._journal_down_since = None
 
     def reload(self) -> bool:
         """Re-read the config file (SIGHUP); keep the running configuration if the new one is invalid.

@@ -125,6 +125,10 @@ class JournalError(ApplianceError):
     """The journal file cannot be used: not a journal, written by a newer appliance, or not WAL-capable."""
 
 
+class JournalUnavailableError(JournalError):
+    """The journal cannot be reached for now (its database server is down or cut off); retry later."""
+
+
 class LeaseLostError(Exception):
     """The running job's lease is no longer this node's: another node may be reading it now.
 
@@ -352,7 +356,7 @@ class JobJournal(Protocol):
     def worker_died(self, job_id: str, reason: str, *, now: float | None = None) -> Job: ...
     def release(self, job_id: str, reason: str, *, now: float | None = None) -> Job: ...
     def fence(self, job_id: str) -> None: ...
-    def renew_leases(self, stats: Mapping[str, Any] | None = None) -> list[str]: ...
+    def renew_leases(self, job_ids: Sequence[str], stats: Mapping[str, Any] | None = None) -> list[str]: ...
     def reclaim_expired(self, *, now: float | None = None) -> list[Job]: ...
     def nodes(self) -> list[NodeStatus]: ...
     def latest_seq(self) -> int: ...
@@ -713,7 +717,7 @@ class Journal:
         if job.state is not JobState.RUNNING:
             raise LeaseLostError(job_id, f"it is {job.state}, not running")
 
-    def renew_leases(self, stats: Mapping[str, Any] | None = None) -> list[str]:
+    def renew_leases(self, job_ids: Sequence[str], stats: Mapping[str, Any] | None = None) -> list[str]:
         """Nothing to renew: a crash is found by `recover` at the next start."""
         return []
 

@@ -269,7 +269,7 @@ def journal_cost(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[st
             assert started is not None and started.id == job.id
             # A renewal every third of a 30 s lease, over a one-second read: a tenth of one per job.
             if index % 10 == 0:
-                journal.renew_leases({"done": index})
+                journal.renew_leases([job.id], {"done": index})
             journal.fence(job.id)
             record = {"job_id": job.id, "document": {"name": job.name, "sha256": job.sha256}, "route": "done"}
             journal.finish(job.id, JobState.DONE, "read 1 page(s)", {"json": "/out/x.json"}, audit=record)

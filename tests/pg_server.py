@@ -58,27 +58,20 @@ class ThrowawayPostgres:
         self._run(
             str(self._bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8"
         )
-        options = " ".join(
-            [
-                f"-k {self.folder}",
-                "-c listen_addresses=''",
-                "-c max_connections=200",
-                *self._pair(self._settings),
-            ]
-        )
-        self._run(
-            str(self._bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.folder / "log"),
-            "-w",
-            "-o",
-            options,
-            "start",
-        )
+        self.resume()
         self._started = True
         return self
+
+    def halt(self) -> None:
+        """Stop the server and keep its data: a database that goes away for a while."""
+        self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server (again) on its data and socket folder."""
+        settings = ["-c listen_addresses=''", "-c max_connections=200", *self._pair(self._settings)]
+        options = " ".join([f"-k {self.folder}", *settings])
+        log = str(self.folder / "log")
+        self._run(str(self._bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-o", options, "start")
 
     @staticmethod
     def _pair(settings: list[str]) -> list[str]:

@@ -186,7 +186,7 @@ def test_status_on_any_node_shows_the_whole_cluster(
             size=1,
             spool_path="/s/x",
         )
-        other.renew_leases({"state": "running", "done": 41, "failed": 1, "pages_per_second_1m": 2.5})
+        other.renew_leases([], {"state": "running", "done": 41, "failed": 1, "pages_per_second_1m": 2.5})
         # The daemon's own heartbeat arrives from its lease keeper (every third of the lease).
         assert wait_for(lambda: running.daemon.snapshot_status().nodes[0].stats.get("state") == "running")
         status = running.daemon.snapshot_status()
@@ -208,3 +208,34 @@ class _Client:
 
     def status(self) -> object:
         return self.response
+
+
+def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    with throwaway_postgres() as server:
+        dsn = server.create_database()
+        config = parse_config(
+            {
+                "paths": {"state_dir": "state", "spool_dir": "spool"},
+                "hot_folders": [
+                    {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
+                ],
+                "intake": {"settle_seconds": 0.3, "min_free_mb": 0.0},
+                "journal": {"backend": "postgresql", "dsn": dsn, "lease_seconds": 3.0},
+            },
+            base_dir=tmp_path,
+        )
+        with DaemonThread(config, fixed_text_engine) as running:
+            (tmp_path / "in" / "first.png").write_bytes(image_bytes("white"))
+            assert wait_for((tmp_path / "out" / "first.png.json").exists, timeout=120)
+            server.halt()
+            (tmp_path / "in" / "second.png").write_bytes(image_bytes("gray"))
+            assert wait_for(
+                lambda: any("unreachable" in error["message"] for error in running.daemon.recent_errors),
+                timeout=120,
+            )
+            assert running.thread.is_alive()
+            server.resume()
+            assert wait_for((tmp_path / "out" / "second.png.json").exists, timeout=180)
+        with _observer(dsn) as journal:
+            assert journal.counts()[JobState.DONE] == 2
+            assert chain.verify(dsn).entries == 2

@@ -181,7 +181,7 @@ def test_an_expired_lease_is_not_renewed_even_before_anyone_reclaims_it(dsn: str
         job_id = _add(a, 1)
         a.start_next()
         assert wait_for(lambda: _expired(dsn, job_id), timeout=60)
-        assert a.renew_leases() == []
+        assert a.renew_leases([job_id]) == []
         with pytest.raises(LeaseLostError, match="ran out"):
             a.fence(job_id)
 
@@ -192,7 +192,7 @@ def test_renewing_moves_the_lease_on_and_keeps_the_job(dsn: str) -> None:
         a.start_next()
         before = _lease_expires(dsn, job_id)
         assert wait_for(
-            lambda: a.renew_leases() == [job_id] and _lease_expires(dsn, job_id) > before, timeout=60
+            lambda: a.renew_leases([job_id]) == [job_id] and _lease_expires(dsn, job_id) > before, timeout=60
         )
         assert b.reclaim_expired() == []
         a.fence(job_id)
@@ -278,8 +278,8 @@ def test_every_node_sees_the_cluster_with_heartbeats_and_running_jobs(dsn: str) 
     with _node(dsn, "alpha") as a, _node(dsn, "beta") as b:
         _add(a, 1)
         a.start_next()
-        a.renew_leases({"done": 7, "pages_per_second_1m": 1.5})
-        b.renew_leases({"done": 2})
+        a.renew_leases([], {"done": 7, "pages_per_second_1m": 1.5})
+        b.renew_leases([], {"done": 2})
         seen = {node.name: node for node in b.nodes()}
         assert set(seen) == {"alpha", "beta"}
         assert seen["alpha"].running == 1 and seen["beta"].running == 0

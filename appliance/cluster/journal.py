@@ -43,6 +43,7 @@ from appliance.journal import (
     Job,
     JobState,
     JournalError,
+    JournalUnavailableError,
     LeaseLostError,
     NodeStatus,
     Transition,
@@ -103,6 +104,15 @@ def _job(row: Row) -> Job:
         lease_node=row["lease_node"],
         lease_token=row["lease_token"],
     )
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """A lost connection or an unreachable server, as the journal's own error the daemon waits out."""
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as error:
+        raise JournalUnavailableError(f"the PostgreSQL journal is unreachable: {error}") from error
 
 
 class PostgresJournal:
@@ -181,13 +191,13 @@ class PostgresJournal:
 
     @contextmanager
     def _read(self) -> Iterator[psycopg.Connection[Row]]:
-        with self._pool.connection() as conn:
+        with _reachable(), self._pool.connection() as conn:
             yield conn  # type: ignore[misc]
 
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Row]]:
         """One transaction: all of it or none of it."""
-        with self._pool.connection() as conn, conn.transaction():
+        with _reachable(), self._pool.connection() as conn, conn.transaction():
             yield conn  # type: ignore[misc]
 
     # -- rows and moves ---------------------------------------------------------------------------
@@ -444,17 +454,20 @@ class PostgresJournal:
             if row is None:
                 raise LeaseLostError(job_id, "its lease ran out before this node renewed it")
 
-    def renew_leases(self, stats: Mapping[str, Any] | None = None) -> list[str]:
-        """Extend the leases this node still holds and record its heartbeat; returns the jobs renewed.
+    def renew_leases(self, job_ids: Sequence[str], stats: Mapping[str, Any] | None = None) -> list[str]:
+        """Extend the leases of these jobs that this node still holds, and record its heartbeat.
 
-        A lease that has already run out is not renewed: another node may have read the job's
-        state as abandoned, and `reclaim_expired` will give it back to the queue.
+        Returns the jobs renewed. Only the jobs the daemon is reading now are named: one it lost
+        track of (its result could not be recorded) is let go, and its lease runs out. A lease
+        that has already run out is not renewed: another node may have read the job's state as
+        abandoned, and `reclaim_expired` will give it back to the queue.
         """
         with self._write() as conn:
             rows = conn.execute(
                 f"UPDATE jobs SET lease_expires = {_DB_NOW} + %s WHERE state = 'running' "
-                f"AND lease_node = %s AND lease_expires > {_DB_NOW} RETURNING id, lease_token",
-                (self.lease_seconds, self.node_id),
+                f"AND lease_node = %s AND id = ANY(%s) AND lease_expires > {_DB_NOW} "
+                "RETURNING id, lease_token",
+                (self.lease_seconds, self.node_id, list(job_ids)),
             ).fetchall()
             conn.execute(
                 f"UPDATE nodes SET heartbeat_at = {_DB_NOW}, pid = %s, stats = %s WHERE id = %s",

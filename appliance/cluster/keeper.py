@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from appliance.journal import JobJournal, JobState
@@ -27,8 +27,10 @@ class LeaseKeeper:
         lease_seconds: float,
         stats: Callable[[], Mapping[str, Any]],
         on_failed: Callable[[Any], None],
+        reading: Callable[[], Collection[str]],
     ) -> None:
         self._journal = journal
+        self._reading = reading
         self._interval = lease_seconds / 3
         self._stats = stats
         self._on_failed = on_failed
@@ -45,7 +47,7 @@ class LeaseKeeper:
 
     def tick(self) -> None:
         """One renewal and one look for expired leases (the thread's step; tests call it directly)."""
-        self._journal.renew_leases(self._stats())
+        self._journal.renew_leases(list(self._reading()), self._stats())
         for job in self._journal.reclaim_expired():
             log.warning(
                 "job %s (%s): its node stopped renewing the lease; now %s", job.id, job.name, job.state
