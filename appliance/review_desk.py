@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +98,16 @@ class ReviewDesk:
             if "json" not in job.outputs:
                 continue
             corrected = Path(job.outputs["json"]).parent / CORRECTED_FILE
-            if not corrected.exists():
+            taken = _take(corrected)
+            if taken is None:
                 continue
             try:
-                correction = parse_correction(json.loads(corrected.read_text(encoding="utf-8")))
+                correction = parse_correction(json.loads(taken.read_text(encoding="utf-8")))
                 self.resolve(job.id, correction.get("fields", {}), correction.get("text"))
             except (ValueError, ControlError) as error:
                 try:
                     rejected = corrected.with_name(CORRECTED_FILE + ".rejected")
-                    corrected.replace(rejected)
+                    taken.replace(rejected)
                     write_atomic(rejected.with_name("rejected.txt"), f"{error}\n".encode())
                     log.error("correction for %s refused: %s", job.relative_path, error)
                 except OSError:
@@ -114,6 +116,8 @@ class ReviewDesk:
                     )
             except Exception:  # one review's fault must not stop the daemon
                 log.exception("cannot resolve the review of job %s (%s)", job.id, job.relative_path)
+                with contextlib.suppress(OSError):
+                    taken.replace(corrected)  # given back: tried again at the next check
 
     def resolve(self, job_id: str, fields: dict[str, str], text: str | None = None) -> Job:
         """Complete a reviewed document with the reviewer's corrections; results go to the output folder."""
@@ -174,3 +178,29 @@ class ReviewDesk:
             "review of %s resolved", job.relative_path, extra=event("job_done", JOB_ID=job_id, ROUTE="done")
         )
         return finished
+
+
+# A correction being applied is renamed first: nodes sharing a journal all look at the review
+# folders, and a rename succeeds for one of them only. One left taken by a node that died while
+# applying it is taken over after this long.
+_TAKEN_SUFFIX = ".taken"
+_TAKEN_STALE_SECONDS = 300.0
+
+
+def _take(corrected: Path) -> Path | None:
+    """The correction file, renamed so that no other node applies it too; None if there is none."""
+    taken = corrected.with_name(corrected.name + _TAKEN_SUFFIX)
+    try:
+        corrected.rename(taken)
+        return taken
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        # ctime: the rename that took it set it (a rename keeps the reviewer's mtime).
+        if time.time() - taken.stat().st_ctime > _TAKEN_STALE_SECONDS:
+            return taken  # its taker died before finishing
+    except OSError:
+        pass
+    return None
