@@ -112,9 +112,14 @@ class PpocrOnnxConfig(_Strict):
     # Rows of every line batch and orientation batch under fixed shapes. On an H200 16 rows at the
     # widest bucket (3200 px) asked one attention buffer of 274 MiB and ran out of a 1 GiB arena.
     fixed_batch_size: StrictInt = Field(default=8, ge=1, le=64)
-    # Cap of each CUDA session's memory arena, in MiB (one session per fixed shape and role); 2048
-    # with 8 rows read 50 receipts and 25 docs_zh pages on an H200 (bench/README.md).
+    # Line widths (px at height 48) of the fixed line batches, one session each, over rec_min_width;
+    # null: shapes.py's 640, 1280, 3200. More widths are less padding (docs_zh 0.84% CER with eight
+    # against 0.93%) and more sessions, each about 210 MiB of the card (bench/README.md).
+    fixed_line_widths: tuple[StrictInt, ...] | None = Field(default=None, min_length=1)
+    # Cap of the CUDA memory arena in MiB: with gpu_arena `shared` the process's one arena, which
+    # every session draws on; with `per_session` each session's own (one per fixed shape and role).
     gpu_mem_limit_mb: StrictInt = Field(default=2048, ge=64)
+    gpu_arena: Literal["shared", "per_session"] = "shared"
     # How cuDNN picks a convolution's algorithm on the CUDA provider (paid once per fixed shape).
     cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,

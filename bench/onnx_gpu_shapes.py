@@ -1,32 +1,36 @@
-"""The ppocr_onnx engine on the CUDA provider: load and warm-up time, ms a page by stage, GPU memory.
+"""The ppocr_onnx engine on the CUDA provider: load and warm-up time, pages/s, ms by stage, peak GPU memory.
 
-Usage: python -m bench.onnx_gpu_shapes [--models SET] [--limit N] [--key KEY=VALUE ...] IMAGE_DIR
+Usage: python -m bench.onnx_gpu_shapes [--variant SPEC] [--workers N] [--full] [--limit N] DIR [DIR ...]
 
-Reads the images with the engine alone (no rasterizer, layout or scoring), in this process, after
-one untimed page, and prints one JSON line: the engine's load and warm-up ms, pages/s, mean ms of
-each stage, and the GPU memory nvidia-smi reports for the card after the run. `--key` sets any
-engine.ppocr_onnx key (`fixed_shapes=off`, `cudnn_conv_algo_search=EXHAUSTIVE`). `--cuda-option`
-sets a CUDA provider option for every session (`cudnn_conv_use_max_workspace=0`). `--cuda-graph`
-also times one recogniser shape through an IO binding with and without onnxruntime's CUDA graph.
+Reads every image of the folders with `--workers` processes, each loading its own engine as the
+daemon's `jobs.workers` processes do, taking pages from one queue once all have loaded; prints one
+JSON line: load and warm-up ms, pages/s over all workers, mean ms of each stage, and the peak of
+nvidia-smi's memory.used for the card, sampled every 0.2 s from before the first load to the end
+(the processes' CUDA contexts included). Without `--full` a worker runs the engine alone on decoded
+images; with it, the whole pipeline a job runs (DocumentProcessor: rasterize, preprocess, engine,
+layout). `--variant` is bench.ocr_bench's spec (default `fp32+provider=cuda`); `--widths 320,640`
+sets engine.ppocr_onnx.fixed_line_widths; `--cuda-option` sets a CUDA provider option for every
+session (`cudnn_conv_use_max_workspace=0`); `--no-best-class` runs the recogniser without the TopK
+of best_class.py; `--cuda-graph` also times one recogniser shape with and without onnxruntime's
+CUDA graph, afterwards, in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import queue
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
-from appliance.config import PpocrOnnxConfig
-from appliance.engines.ppocr_onnx import PpocrOnnxEngine, sessions
-from appliance.engines.ppocr_onnx.sessions import create_session
-from appliance.variants import _option_value
+_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
 
 
 def gpu_memory_mib() -> int | None:
@@ -44,8 +48,14 @@ def gpu_memory_mib() -> int | None:
 
 
 def time_cuda_graph(path: Path, shape: tuple[int, ...], runs: int = 50) -> dict[str, float]:
-    """Mean ms of one fixed-shape run through an IO binding, with and without the CUDA graph."""
+    """Mean ms of one fixed-shape run through an IO binding, with and without the CUDA graph.
+
+    Each session has an arena of its own: a captured graph replays fixed device addresses, which a
+    shared arena would hand to other sessions between replays.
+    """
     import onnxruntime as ort
+
+    from appliance.engines.ppocr_onnx.sessions import create_session
 
     result = {}
     for graph in ("0", "1"):
@@ -66,52 +76,186 @@ def time_cuda_graph(path: Path, shape: tuple[int, ...], runs: int = 50) -> dict[
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("images", type=Path)
-    parser.add_argument("--models", default="ppocrv6_small")
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--key", action="append", default=[], help="engine.ppocr_onnx KEY=VALUE")
-    parser.add_argument("--cuda-option", action="append", default=[], help="CUDA provider KEY=VALUE")
-    parser.add_argument("--cuda-graph", action="store_true")
-    args = parser.parse_args()
+class MemorySampler(threading.Thread):
+    """The highest memory.used nvidia-smi reports while it runs, sampled every `period` seconds."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.period = period
+        self.peak: int | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            used = gpu_memory_mib()
+            if used is not None:
+                self.peak = used if self.peak is None else max(self.peak, used)
+            self._halt.wait(self.period)
+
+    def stop(self) -> int | None:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def _engine_config(args: argparse.Namespace) -> Any:
+    from appliance.config import AppConfig
+    from appliance.variants import variant_engine_config
+
+    config = variant_engine_config(AppConfig().engine, args.variant)
+    if args.widths:
+        widths = tuple(int(width) for width in args.widths.split(","))
+        onnx = config.ppocr_onnx.model_copy(update={"fixed_line_widths": widths})
+        config = config.model_copy(update={"ppocr_onnx": onnx})
+    return config
+
+
+def _without_best_class(model: bytes | Path) -> bytes:
+    return model if isinstance(model, bytes) else model.read_bytes()
+
+
+def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: Any) -> None:
+    """One worker process: load the engine, say so, wait for the others, read pages until none is left."""
+    import cv2
+
+    from appliance.engines.factory import build_engine
+    from appliance.engines.ppocr_onnx import engine as engine_module
+    from appliance.engines.ppocr_onnx import sessions
+
     for item in args.cuda_option:
         name, value = item.split("=", 1)
         sessions.CUDA_OPTIONS[name] = value  # every session this process opens takes it
-    keys: dict[str, Any] = {"provider": "cuda", "models": args.models}
-    for item in args.key:
-        name, value = item.split("=", 1)
-        keys[name] = _option_value(value)
-    before = gpu_memory_mib()
+    if args.no_best_class:
+        # The graph as loaded, without the TopK: every class's probability comes back again.
+        engine_module.append_best_class = _without_best_class  # type: ignore[attr-defined]
     started = time.perf_counter()
-    engine = PpocrOnnxEngine(PpocrOnnxConfig(**keys))
+    engine = build_engine(_engine_config(args))
     load_ms = (time.perf_counter() - started) * 1000
-    paths = sorted(p for p in args.images.iterdir() if p.suffix.lower() in (".jpg", ".png"))[: args.limit]
-    pages: list[np.ndarray] = [
-        image for p in paths if (image := cv2.imread(str(p), cv2.IMREAD_COLOR)) is not None
-    ]
-    engine.recognize(pages[0])  # untimed, as the OCR benchmark does
+    processor = None
+    if args.full:
+        from appliance.config import AppConfig
+        from appliance.pipeline.process import DocumentProcessor
+        from appliance.pipeline.rasterize import Rasterizer
+        from appliance.variants import variant_rasterize_config
+
+        processor = DocumentProcessor(
+            engine, Rasterizer(variant_rasterize_config(AppConfig().rasterize, args.variant))
+        )
+    first = Path(args.first)
+
+    def read(path: Path) -> dict[str, float]:
+        if processor is not None:
+            stages: dict[str, float] = {}
+            for page in processor.process(path).pages:
+                for stage, ms in page.timings_ms.items():
+                    stages[stage] = stages.get(stage, 0.0) + ms
+            return stages
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise SystemExit(f"OpenCV cannot read {path}")
+        return dict(engine.recognize(image).timings_ms)
+
+    read(first)  # untimed, as the OCR benchmark does
+    ready.put((load_ms, engine.describe(), str(getattr(engine, "model_paths", {}).get("rec", ""))))
+    go.wait()
     stages: dict[str, list[float]] = {}
-    started = time.perf_counter()
-    for page in pages:
-        for stage, ms in engine.recognize(page).timings_ms.items():
+    count = 0
+    while True:
+        try:
+            path = pages.get_nowait()
+        except queue.Empty:
+            break
+        for stage, ms in read(Path(path)).items():
             stages.setdefault(stage, []).append(ms)
-    elapsed = time.perf_counter() - started
+        count += 1
+    results.put((count, time.perf_counter(), stages))
+
+
+def _collect(answers: Any, workers: list[Any]) -> list[Any]:
+    """One answer from each worker; exits (ending the others) as soon as one has died without answering.
+
+    A worker that fails (the arena's out-of-memory error at warm-up) would otherwise leave this
+    process waiting for ever.
+    """
+    received: list[Any] = []
+    while len(received) < len(workers):
+        try:
+            received.append(answers.get(timeout=1.0))
+        except queue.Empty:
+            failed = [worker.exitcode for worker in workers if worker.exitcode not in (None, 0)]
+            if failed:
+                for worker in workers:
+                    worker.kill()
+                raise SystemExit(
+                    f"a worker process failed with exit code {failed[0]}; its error is above"
+                ) from None
+    return received
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", type=Path, nargs="+")
+    parser.add_argument("--variant", default="fp32+provider=cuda")
+    parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 320,640,1280,3200")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--full", action="store_true", help="the whole pipeline, not the engine alone")
+    parser.add_argument("--limit", type=int, help="pages of each folder")
+    parser.add_argument("--cuda-option", action="append", default=[], help="CUDA provider KEY=VALUE")
+    parser.add_argument("--no-best-class", action="store_true")
+    parser.add_argument("--cuda-graph", action="store_true")
+    args = parser.parse_args()
+    paths: list[Path] = []
+    for folder in args.folders:
+        images = folder / "images" if (folder / "images").is_dir() else folder
+        paths += sorted(p for p in images.iterdir() if p.suffix.lower() in _SUFFIXES)[: args.limit]
+    args.first = str(paths[0])
+    context = mp.get_context("spawn")  # no CUDA state or onnxruntime threads inherited
+    pages, results, ready, go = context.Queue(), context.Queue(), context.Queue(), context.Event()
+    for path in paths:
+        pages.put(str(path))
+    before = gpu_memory_mib()
+    sampler = MemorySampler()
+    sampler.start()
+    workers = [
+        context.Process(target=_worker, args=(args, pages, results, ready, go)) for _ in range(args.workers)
+    ]
+    for worker in workers:
+        worker.start()
+    loads = _collect(ready, workers)
+    loaded_mib = gpu_memory_mib()
+    started = time.perf_counter()
+    go.set()
+    done = _collect(results, workers)
+    elapsed = max(finished for _, finished, _ in done) - started
+    for worker in workers:
+        worker.join()
+    peak = sampler.stop()
+    stages: dict[str, list[float]] = {}
+    for _, _, worker_stages in done:
+        for stage, values in worker_stages.items():
+            stages.setdefault(stage, []).extend(values)
+    count = sum(n for n, _, _ in done)
+    describe = loads[0][1]
     report: dict[str, Any] = {
-        "keys": keys,
+        "variant": args.variant,
+        "widths": args.widths,
         "cuda_options": args.cuda_option,
-        "pages": len(pages),
-        "load_ms": round(load_ms),
-        "warm_up_ms": engine.describe().get("warm_up_ms"),
-        "pages_per_s": round(len(pages) / elapsed, 2),
+        "no_best_class": args.no_best_class,
+        "full": args.full,
+        "workers": args.workers,
+        "pages": count,
+        "load_ms": [round(ms) for ms, _, _ in loads],
+        "warm_up_ms": describe.get("warm_up_ms"),
+        "shared_cuda_arena": describe.get("shared_cuda_arena"),
+        "providers": sorted({model.get("provider") for model in describe.get("models", [])} - {None}),
+        "pages_per_s": round(count / elapsed, 2),
         "stage_mean_ms": {stage: round(statistics.fmean(v), 1) for stage, v in stages.items()},
         "gpu_mib_before": before,
-        "gpu_mib_after": gpu_memory_mib(),
+        "gpu_mib_loaded": loaded_mib,
+        "gpu_mib_peak": peak,
     }
     if args.cuda_graph:
-        rec = engine.model_paths["rec"]
-        engine.close()
-        report.update(time_cuda_graph(rec, (16, 3, 48, 640)))
+        report.update(time_cuda_graph(Path(loads[0][2]), (8, 3, 48, 640)))
     print(json.dumps(report), flush=True)
 
 

@@ -107,11 +107,16 @@ def test_pad_page_fills_with_the_paper_colour_and_moves_nothing() -> None:
 
 
 def test_line_widths_start_at_the_minimum_width() -> None:
-    assert line_widths(320) == (320, 480, 640, 960, 1280, 1920, 2560, 3200)
-    assert line_widths(160)[:3] == (160, 320, 480)
-    assert choose_width(321, line_widths(320)) == 480
+    assert line_widths(320) == (320, 640, 1280, 3200)
+    assert line_widths(160)[:3] == (160, 320, 640)
+    assert choose_width(321, line_widths(320)) == 640
     assert choose_width(320, line_widths(320)) == 320
     assert choose_width(5000, line_widths(320)) == 3200  # squeezed to the widest
+
+
+def test_configured_line_widths_are_sorted_once_above_the_minimum() -> None:
+    assert line_widths(320, (1920, 640, 320, 640, 160)) == (320, 640, 1920)
+    assert choose_width(700, line_widths(320, (3200, 960))) == 960
 
 
 def test_pad_rows_adds_blank_rows() -> None:
@@ -209,8 +214,9 @@ def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pyte
     try:
         assert engine.describe()["fixed_shapes"] is True
         assert engine._recognizer._best  # the best class per step comes back, not every probability
-        # 5 detector buckets, 8 line widths, 1 orientation session.
-        assert len(opened) == 5 + 8 + 1
+        # 5 detector buckets, 4 line widths, 1 orientation session.
+        assert len(opened) == 5 + 4 + 1
+        assert engine.describe()["shared_cuda_arena"] is False  # CPU sessions have no CUDA arena
         assert all(len(recorder.shapes) == 1 for _, recorder in opened)  # warmed at load
         page = rendering.receipt()
         lines = engine.recognize(page.bgr()).lines
@@ -218,6 +224,42 @@ def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pyte
         assert all(len(recorder.shapes) == 1 for _, recorder in opened)
     finally:
         engine.close()
+
+
+def test_warm_up_runs_the_largest_input_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Largest first, so a shared arena's first block is the largest and the later runs reuse it."""
+    warmed: list[tuple[int, ...]] = []
+    real = engine_module.create_session
+    real_warm = PpocrOnnxEngine._warm
+
+    class Recorder(_ShapeRecorder):
+        def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+            warmed.extend(tensor.shape for tensor in feeds.values())
+            return super().run(names, feeds)
+
+    def recording(path: Any, *args: Any, **kwargs: Any) -> Any:
+        session, info = real(path, *args, **kwargs)
+        return Recorder(session), info
+
+    def warm(self: PpocrOnnxEngine, *args: Any) -> float:
+        warmed.clear()  # only the warm-up's runs count (the recogniser may probe its classes before)
+        return real_warm(self, *args)
+
+    monkeypatch.setattr(engine_module, "create_session", recording)
+    monkeypatch.setattr(PpocrOnnxEngine, "_warm", warm)
+    config = PpocrOnnxConfig(
+        provider="cpu",
+        fixed_shapes="on",
+        fixed_batch_size=2,
+        det_limit_side_len=320,
+        fixed_line_widths=(640,),
+    )
+    engine = PpocrOnnxEngine(config)
+    engine.close()
+    sizes = [int(np.prod(shape)) for shape in warmed]
+    assert len(warmed) == 5 + 2 + 1  # detector buckets, widths 320 and 640, orientation
+    assert (2, 3, 48, 640) in warmed and (2, 3, 48, 320) in warmed
+    assert sizes == sorted(sizes, reverse=True)
 
 
 def test_fixed_shapes_stay_off_on_the_cpu_by_default() -> None:

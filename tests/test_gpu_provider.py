@@ -98,7 +98,7 @@ class FakeSession:
     fails_at_run = False
 
     def __init__(self, model: object, sess_options: object = None, providers: object = None) -> None:
-        FakeSession.created.append({"model": model, "providers": providers})
+        FakeSession.created.append({"model": model, "providers": providers, "options": sess_options})
 
     def get_providers(self) -> list[str]:
         return [self.runs_on, CPU] if self.runs_on == CUDA else [CPU]
@@ -162,6 +162,62 @@ def test_cuda_sessions_get_the_arena_cap(gpu_build: list[str]) -> None:
     assert options["gpu_mem_limit"] == str(512 * 1024 * 1024)
     assert options["arena_extend_strategy"] == "kSameAsRequested"
     assert providers[1] == CPU
+
+
+@pytest.fixture
+def arena_registrations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The calls onnxruntime's create_and_register_allocator_v2 receives, in a process with none yet."""
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(sessions, "_shared_arena", {})
+    monkeypatch.setattr(ort, "create_and_register_allocator_v2", lambda *args: calls.append(args))
+    return calls
+
+
+def _uses_env_allocators(options: ort.SessionOptions) -> bool:
+    try:
+        return options.get_session_config_entry("session.use_env_allocators") == "1"
+    except RuntimeError:  # onnxruntime raises for a key that was never set
+        return False
+
+
+def test_cuda_sessions_share_one_arena_registered_once(
+    gpu_build: list[str], arena_registrations: list[tuple[Any, ...]]
+) -> None:
+    _, first = create_session(MODEL, "cuda", 1, 1, gpu_mem_limit_mb=512, shared_arena=True)
+    _, second = create_session(MODEL, "cuda", 1, 1, gpu_mem_limit_mb=512, shared_arena=True)
+    assert len(arena_registrations) == 1  # one arena for the process, not one per session
+    provider, memory, _, arena = arena_registrations[0]
+    assert provider == CUDA
+    assert (memory.name, memory.device_id, memory.allocator_type) == (
+        "Cuda",
+        0,
+        ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR,
+    )
+    assert arena.max_mem == 512 * 1024 * 1024
+    assert arena.arena_extend_strategy == 1  # kSameAsRequested
+    assert all(_uses_env_allocators(created["options"]) for created in FakeSession.created[-2:])
+    assert first.shared_arena and second.shared_arena
+
+
+def test_a_session_keeps_its_own_arena_unless_asked_or_when_registration_fails(
+    gpu_build: list[str], arena_registrations: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, info = create_session(MODEL, "cuda", 1, 1)
+    assert not arena_registrations and not info.shared_arena
+    assert not _uses_env_allocators(FakeSession.created[-1]["options"])
+
+    def refuse(*_args: Any) -> None:
+        raise RuntimeError("allocator already registered")
+
+    monkeypatch.setattr(ort, "create_and_register_allocator_v2", refuse)
+    _, info = create_session(MODEL, "cuda", 1, 1, shared_arena=True)
+    assert not info.shared_arena  # each session then has its own arena, as before, and says so
+    assert not _uses_env_allocators(FakeSession.created[-1]["options"])
+
+
+def test_a_cpu_session_never_registers_the_cuda_arena(arena_registrations: list[tuple[Any, ...]]) -> None:
+    _, info = create_session(MODEL, "cpu", 1, 1, shared_arena=True)
+    assert not arena_registrations and not info.shared_arena
 
 
 def test_an_old_driver_stops_a_cuda_request_with_its_reason(

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import io
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class SessionInfo:
     provider: str
     requested: str
     fallback_reason: str | None = None
+    shared_arena: bool = False  # its CUDA memory comes from the process's one arena
 
 
 GraphLevel = Literal["basic", "extended", "all"]
@@ -108,6 +110,49 @@ def prepare_cuda() -> str | None:
     return None
 
 
+# The cap in MiB of the process's one CUDA arena, under "mb" once registered with onnxruntime.
+_shared_arena: dict[str, int] = {}
+_shared_arena_lock = threading.Lock()
+# OrtArenaCfg's arena_extend_strategy: 1 is kSameAsRequested, as CUDA_OPTIONS asks of a session's own.
+_SAME_AS_REQUESTED = 1
+
+
+def register_shared_cuda_arena(limit_mb: int) -> bool:
+    """Register one CUDA arena of at most `limit_mb` for every session that asks for it; True if it is there.
+
+    Each CUDA session otherwise grows an arena of its own to its own peak, and under fixed shapes
+    the engine holds 14 sessions (bench/README.md, "The ONNX engine on the GPU"). Sessions run one
+    at a time on the engine's thread, so one arena sized for the largest run serves them all. The
+    first registration's cap holds for the process (onnxruntime registers an allocator once).
+    """
+    with _shared_arena_lock:
+        registered = _shared_arena.get("mb")
+        if registered is not None:
+            if registered != limit_mb:
+                log.warning(
+                    "the shared CUDA arena keeps its cap of %d MiB; %d MiB asked later",
+                    registered,
+                    limit_mb,
+                )
+            return True
+        memory = ort.OrtMemoryInfo(
+            "Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+        )
+        arena = ort.OrtArenaCfg(
+            {"max_mem": limit_mb * 1024 * 1024, "arena_extend_strategy": _SAME_AS_REQUESTED}
+        )
+        try:
+            ort.create_and_register_allocator_v2(
+                CUDA, memory, {"device_id": CUDA_OPTIONS["device_id"]}, arena
+            )
+        except Exception as error:  # onnxruntime raises its own untyped errors
+            log.warning("no shared CUDA arena (each session keeps its own): %s", error)
+            return False
+        _shared_arena["mb"] = limit_mb
+        log.info("one CUDA arena of at most %d MiB serves every session", limit_mb)
+        return True
+
+
 def cuda_usable() -> bool:
     """Whether this onnxruntime build offers the CUDA provider (a session still checks it starts)."""
     return CUDA in ort.get_available_providers()
@@ -124,10 +169,13 @@ def create_session(
     model: bytes | None = None,
     gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB,
     cuda_options: Mapping[str, str] | None = None,
+    shared_arena: bool = False,
 ) -> tuple[ort.InferenceSession, SessionInfo]:
     """Open a model on the requested provider (`model`: the serialized graph to run instead of path's).
 
     `cuda_options`: CUDA provider options over CUDA_OPTIONS (e.g. cudnn_conv_algo_search).
+    `shared_arena`: on CUDA, take memory from the process's one arena (register_shared_cuda_arena,
+    capped at `gpu_mem_limit_mb`) instead of an arena of the session's own.
 
     onnxruntime silently drops to the CPU when the CUDA provider cannot load its libraries, so the
     provider list of the created session is checked: `cuda` then fails loudly, and `auto` records
@@ -153,11 +201,13 @@ def create_session(
         (CUDA, cuda_provider_options(gpu_mem_limit_mb, cuda_options)) if name == CUDA else name
         for name in wanted
     ]
+    options = _session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level)
+    shared = wanted[0] == CUDA and shared_arena and register_shared_cuda_arena(gpu_mem_limit_mb)
+    if shared:
+        options.add_session_config_entry("session.use_env_allocators", "1")
     try:
         session = ort.InferenceSession(
-            model if model is not None else str(path),
-            sess_options=_session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level),
-            providers=providers,
+            model if model is not None else str(path), sess_options=options, providers=providers
         )
     except Exception as error:  # onnxruntime raises its own untyped errors for bad graphs
         raise ModelError(f"onnxruntime cannot load {path}: {error}") from None
@@ -174,7 +224,13 @@ def create_session(
     elif provider == "auto" and CUDA not in available:
         fallback_reason = "this onnxruntime build has no CUDA provider"
     log.info("model %s runs on %s", path.name, used)
-    return session, SessionInfo(provider=used, requested=provider, fallback_reason=fallback_reason)
+    info = SessionInfo(
+        provider=used,
+        requested=provider,
+        fallback_reason=fallback_reason,
+        shared_arena=shared and used == CUDA,
+    )
+    return session, info
 
 
 # Tensor element types the PP-OCR graphs take, as numpy dtypes for a probe's zero inputs.
