@@ -149,6 +149,51 @@ def test_detector_runs_the_bucket_session_and_cuts_the_map_back_to_the_page() ->
     assert np.allclose(tensor[0, 0, :, 192:], tensor[0, 0, 0, 0])
 
 
+def test_a_detector_graph_that_normalises_uint8_pixels_finds_the_same_lines() -> None:
+    """image_input.py's graph takes the padded page as bytes and gives the map numpy's normalisation gives."""
+    import onnxruntime as ort
+
+    from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
+    from appliance.engines.ppocr_onnx.image_input import prepend_normalisation, takes_image
+
+    path = verify_models(load_manifest(builtin_manifest_path("ppocrv6_small")), None, roles=("det",))["det"]
+    plain = _Recording(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+    graph = prepend_normalisation(path, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    image = _Recording(ort.InferenceSession(graph, providers=["CPUExecutionProvider"]))
+    assert takes_image(image) and not takes_image(plain)
+    page = rendering.receipt().bgr()
+    quads, maps = {}, {}
+    for name, session in (("plain", plain), ("image", image)):
+        detector = TextDetector(
+            session, 640, 0.3, 0.6, 1.5, buckets=dict.fromkeys(detector_buckets(640), session)
+        )
+        quads[name] = detector.detect(page)
+        maps[name] = detector.probability_map(page)[0]
+    pixels = image.feeds[0]
+    assert pixels.dtype == np.uint8 and pixels.shape[-1] == 3  # (1, H, W, 3): the page's own bytes
+    assert plain.feeds[0].dtype == np.float32 and plain.feeds[0].shape[1] == 3
+    assert np.allclose(maps["image"], maps["plain"], atol=1e-4)
+    assert len(quads["image"]) == len(quads["plain"]) > 0
+    for mine, theirs in zip(quads["image"], quads["plain"], strict=True):
+        assert np.allclose(mine, theirs, atol=1.0)
+
+
+class _Recording:
+    """Wraps a real session and keeps the first feed of each run."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.feeds: list[np.ndarray] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
+        if not self.feeds:
+            self.feeds.append(next(iter(feeds.values())))
+        return self._session.run(names, feeds)
+
+
 def _steps(tensor: np.ndarray) -> np.ndarray:
     """CTC 'probabilities' reading class 1 + the row's index, so each row's read is recognisable."""
     rows = tensor.shape[0]
@@ -214,6 +259,7 @@ def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pyte
     try:
         assert engine.describe()["fixed_shapes"] is True
         assert engine._recognizer._best  # the best class per step comes back, not every probability
+        assert engine._detector._takes_image  # the page goes as uint8; the graph normalises it
         # 5 detector buckets, 4 line widths, 1 orientation session.
         assert len(opened) == 5 + 4 + 1
         assert engine.describe()["shared_cuda_arena"] is False  # CPU sessions have no CUDA arena

@@ -15,10 +15,12 @@ import numpy as np
 import onnxruntime as ort
 import pyclipper
 
+from appliance.engines.ppocr_onnx.image_input import takes_image
 from appliance.engines.ppocr_onnx.shapes import choose_bucket, pad_page, paper_colour
 
-_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+# The detector's input normalisation (ImageNet's), per channel of the BGR page as it is read.
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 _MAX_CANDIDATES = 1000
 _MIN_SIDE = 3
 
@@ -92,9 +94,11 @@ class TextDetector:
         """`buckets`: one session per fixed (height, width) input (shapes.py); None: `session` takes any.
 
         With buckets, the resized page is padded with its paper colour to the smallest bucket that
-        holds it, run on that bucket's session, and the probability map cut back to the page.
+        holds it, run on that bucket's session, and the probability map cut back to the page. A
+        graph that normalises the page itself (image_input.py) is given the uint8 pixels.
         """
         self._session = session
+        self._takes_image = takes_image(session)
         self._buckets = dict(buckets) if buckets else None
         self._input = session.get_inputs()[0].name
         self._limit_side_len = limit_side_len
@@ -109,8 +113,10 @@ class TextDetector:
         if self._buckets is not None:
             size = choose_bucket(height, width, list(self._buckets))
             resized, session = pad_page(resized, size, paper_colour(resized)), self._buckets[size]
-        tensor = (resized.astype(np.float32) / 255.0 - _MEAN) / _STD
-        tensor = tensor.transpose(2, 0, 1)[np.newaxis]
+        if self._takes_image:
+            tensor = resized[np.newaxis]
+        else:
+            tensor = ((resized.astype(np.float32) / 255.0 - MEAN) / STD).transpose(2, 0, 1)[np.newaxis]
         output = session.run(None, {self._input: tensor})[0]
         return output[0, 0, :height, :width], scale_y, scale_x
 

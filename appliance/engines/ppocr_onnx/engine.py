@@ -26,9 +26,10 @@ from appliance.engines.manifest import (
 )
 from appliance.engines.ppocr_onnx.best_class import append_best_class
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
-from appliance.engines.ppocr_onnx.detection import TextDetector
+from appliance.engines.ppocr_onnx.detection import MEAN, STD, TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
+from appliance.engines.ppocr_onnx.image_input import prepend_normalisation, takes_image
 from appliance.engines.ppocr_onnx.line_reader import strip_read as _strip
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
@@ -247,7 +248,8 @@ class PpocrOnnxEngine:
         """
         started = time.perf_counter()
         runs: list[tuple[ort.InferenceSession, tuple[int, ...]]] = [
-            (session, (1, 3, *size)) for size, session in buckets.items()
+            (session, (1, *size, 3) if takes_image(session) else (1, 3, *size))
+            for size, session in buckets.items()
         ]
         runs += [(session, (batch_size, 3, 48, width)) for width, session in by_width.items()]
         if cls_session is not None:
@@ -258,7 +260,8 @@ class PpocrOnnxEngine:
         # in one shared arena: 1,028 MB largest first, 1,967 MB smallest first).
         runs.sort(key=lambda run: int(np.prod(run[1])), reverse=True)
         for session, shape in runs:
-            session.run(None, {session.get_inputs()[0].name: np.zeros(shape, dtype=np.float32)})
+            dtype = np.uint8 if takes_image(session) else np.float32
+            session.run(None, {session.get_inputs()[0].name: np.zeros(shape, dtype=dtype)})
         elapsed = (time.perf_counter() - started) * 1000
         log.info("%d fixed-shape sessions warmed in %.0f ms", len(runs), elapsed)
         return elapsed
@@ -289,7 +292,8 @@ class PpocrOnnxEngine:
         Derived sets are folded by quantize.onnx_int8 already; the originals are folded here, after
         their hash check, so the manifest keeps describing the shipped files. A charset cuts the
         recogniser's head; under fixed shapes the recogniser also answers its best class per step
-        (best_class.py). Recorded in self._folded; benchmarks profile the same graph.
+        (best_class.py) and the detector takes uint8 pixels (image_input.py). Recorded in
+        self._folded; benchmarks profile the same graph.
         """
         model = None
         if self._config.fold_affine and self._entries[role].precision == "fp32":
@@ -307,6 +311,12 @@ class PpocrOnnxEngine:
                 raise ModelError(
                     f"cannot cut the recogniser to engine.ppocr_onnx.charset {charset!r}: {error}"
                 ) from None
+        if role == "det" and self._fixed:
+            # On the GPU the page goes as uint8 and the graph normalises it (image_input.py).
+            try:
+                model = prepend_normalisation(model or path, MEAN.tolist(), STD.tolist())
+            except Exception as error:  # onnx raises protobuf's untyped errors
+                raise ModelError(f"cannot add the input normalisation to {path}: {error}") from None
         if role == "rec" and self._fixed:
             # On the GPU the best class per step comes back instead of every class's probability.
             try:
