@@ -1,0 +1,57 @@
+"""bench.onnx_gpu_shapes: worker processes share one queue of pages and a dead worker ends the run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import onnxruntime as ort
+import pytest
+
+from tests import rendering
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _bench(folder: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.onnx_gpu_shapes", *options, str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture
+def pages(tmp_path: Path) -> Path:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for index in range(3):
+        cv2.imwrite(str(folder / f"{index}.png"), rendering.receipt().bgr())
+    return tmp_path
+
+
+def test_workers_read_every_page_once_between_them(pages: Path) -> None:
+    done = _bench(pages, "--variant", "fp32+provider=cpu", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["workers"] == 2 and len(report["load_ms"]) == 2
+    assert report["pages"] == 3  # each page read by one worker, none twice
+    assert report["providers"] == ["CPUExecutionProvider"]
+    assert {"det", "rec"} <= set(report["stage_mean_ms"])
+    assert "gpu_mib_peak" in report
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has the CUDA provider"
+)
+def test_a_worker_that_fails_to_load_ends_the_run_with_its_error(pages: Path) -> None:
+    done = _bench(pages, "--variant", "fp32+provider=cuda")
+    assert done.returncode != 0
+    assert "no CUDA provider" in done.stderr
+    assert "a worker process failed" in done.stderr
