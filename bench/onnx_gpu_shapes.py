@@ -1,18 +1,19 @@
 """The ppocr_onnx engine on the CUDA provider: load and warm-up time, pages/s, ms by stage, peak GPU memory.
 
-Usage: python -m bench.onnx_gpu_shapes [--variant SPEC] [--workers N] [--full] [--limit N] DIR [DIR ...]
+Usage: python -m bench.onnx_gpu_shapes [--variant SPEC] [--workers N] [--threads N] [--full] DIR [DIR ...]
 
 Reads every image of the folders with `--workers` processes, each loading its own engine as the
-daemon's `jobs.workers` processes do, taking pages from one queue once all have loaded; prints one
-JSON line: load and warm-up ms, pages/s over all workers, mean ms of each stage, and the peak of
-nvidia-smi's memory.used for the card, sampled every 0.2 s from before the first load to the end
-(the processes' CUDA contexts included). Without `--full` a worker runs the engine alone on decoded
-images; with it, the whole pipeline a job runs (DocumentProcessor: rasterize, preprocess, engine,
-layout). `--variant` is bench.ocr_bench's spec (default `fp32+provider=cuda`); `--widths 320,640`
-sets engine.ppocr_onnx.fixed_line_widths; `--cuda-option` sets a CUDA provider option for every
-session (`cudnn_conv_use_max_workspace=0`); `--no-best-class` runs the recogniser without the TopK
-of best_class.py; `--cuda-graph` also times one recogniser shape with and without onnxruntime's
-CUDA graph, afterwards, in this process.
+daemon's `jobs.workers` processes do, taking pages from one queue once all have loaded (with
+`--threads N`, N pages at a time in each process, sharing its engine: not what the daemon does, a
+measure of pages in flight in one process); prints one JSON line: load and warm-up ms, pages/s over
+all workers, mean ms of each stage, and the peak of nvidia-smi's memory.used for the card, sampled
+every 0.2 s from before the first load to the end (the processes' CUDA contexts included). Without
+`--full` a worker runs the engine alone on decoded images; with it, the whole pipeline a job runs
+(DocumentProcessor: rasterize, preprocess, engine, layout). `--variant` is bench.ocr_bench's spec
+(default `fp32+provider=cuda`); `--widths 320,640` sets engine.ppocr_onnx.fixed_line_widths;
+`--cuda-option` sets a CUDA provider option for every session (`cudnn_conv_use_max_workspace=0`);
+`--no-best-class` runs the recogniser without the TopK of best_class.py; `--cuda-graph` also times
+one recogniser shape with and without onnxruntime's CUDA graph, afterwards, in this process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -158,17 +160,25 @@ def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: 
     read(first)  # untimed, as the OCR benchmark does
     ready.put((load_ms, engine.describe(), str(getattr(engine, "model_paths", {}).get("rec", ""))))
     go.wait()
+
+    def drain() -> list[dict[str, float]]:
+        read_pages = []
+        while True:
+            try:
+                path = pages.get_nowait()
+            except queue.Empty:
+                return read_pages
+            read_pages.append(read(Path(path)))
+
+    # --threads: pages in flight in this one process, sharing its engine and CUDA context (a
+    # session may be run from several threads); the daemon's worker reads one page at a time.
+    with ThreadPoolExecutor(args.threads) as pool:
+        per_thread = list(pool.map(lambda _: drain(), range(args.threads)))
     stages: dict[str, list[float]] = {}
-    count = 0
-    while True:
-        try:
-            path = pages.get_nowait()
-        except queue.Empty:
-            break
-        for stage, ms in read(Path(path)).items():
+    for page_stages in (page for pages_read in per_thread for page in pages_read):
+        for stage, ms in page_stages.items():
             stages.setdefault(stage, []).append(ms)
-        count += 1
-    results.put((count, time.perf_counter(), stages))
+    results.put((sum(map(len, per_thread)), time.perf_counter(), stages))
 
 
 def _collect(answers: Any, workers: list[Any]) -> list[Any]:
@@ -198,6 +208,7 @@ def main() -> None:
     parser.add_argument("--variant", default="fp32+provider=cuda")
     parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 320,640,1280,3200")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="pages in flight in each worker process")
     parser.add_argument("--full", action="store_true", help="the whole pipeline, not the engine alone")
     parser.add_argument("--limit", type=int, help="pages of each folder")
     parser.add_argument("--cuda-option", action="append", default=[], help="CUDA provider KEY=VALUE")
@@ -243,6 +254,7 @@ def main() -> None:
         "no_best_class": args.no_best_class,
         "full": args.full,
         "workers": args.workers,
+        "threads": args.threads,
         "pages": count,
         "load_ms": [round(ms) for ms, _, _ in loads],
         "warm_up_ms": describe.get("warm_up_ms"),

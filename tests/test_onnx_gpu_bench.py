@@ -36,11 +36,15 @@ def pages(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_workers_read_every_page_once_between_them(pages: Path) -> None:
-    done = _bench(pages, "--variant", "fp32+provider=cpu", "--workers", "2")
+@pytest.mark.parametrize(("workers", "threads"), [(2, 1), (1, 2)])
+def test_workers_read_every_page_once_between_them(pages: Path, workers: int, threads: int) -> None:
+    done = _bench(
+        pages, "--variant", "fp32+provider=cpu", "--workers", str(workers), "--threads", str(threads)
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["workers"] == 2 and len(report["load_ms"]) == 2
+    assert report["workers"] == workers and len(report["load_ms"]) == workers
+    assert report["threads"] == threads
     assert report["pages"] == 3  # each page read by one worker, none twice
     assert report["providers"] == ["CPUExecutionProvider"]
     assert {"det", "rec"} <= set(report["stage_mean_ms"])
