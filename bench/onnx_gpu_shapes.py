@@ -162,7 +162,7 @@ def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: 
     go.wait()
 
     def drain() -> list[dict[str, float]]:
-        read_pages = []
+        read_pages: list[dict[str, float]] = []
         while True:
             try:
                 path = pages.get_nowait()
