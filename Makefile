@@ -78,12 +78,12 @@ run: setup
 
 # The VLM's tests need llama-cpp-python: `make test` installs the vlm extra first.
 test: setup vlm apt-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The quick subset for development: everything but the tests that run the real models on rendered
 # pages (marked `slow`); `make test` runs them all.
 test-quick: setup apt-test
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n 2 -m "not slow"
 
 # The JSON result's schema file from its pydantic models (appliance/schemas/result.py); it is
 # committed, and tests/test_result_schema.py fails when it differs from what this generates.

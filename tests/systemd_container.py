@@ -253,6 +253,8 @@ class Booted:
         remaining = max(deadline - time.monotonic(), 1.0)
         # --wait blocks until boot has finished, whatever the outcome (running or degraded).
         result = self.run(["systemctl", "is-system-running", "--wait"], timeout=remaining)
+        if not result.stdout.strip():  # no answer at all: nsenter or systemctl itself failed
+            raise RuntimeError(f"is-system-running gave no state (exit {result.returncode}): {result.stderr}")
         return result.stdout.strip()
 
     def run(

@@ -37,6 +37,7 @@ INSTALL_TIMEOUT = 1500
 BOOT_TIMEOUT = 300
 READ_TIMEOUT = 300
 
+# Under `make test`'s parallel workers this module goes whole to one worker, first (tests/scheduling.py).
 pytestmark = pytest.mark.systemd
 
 _phases: dict[str, float] = {}
