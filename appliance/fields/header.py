@@ -78,6 +78,7 @@ def company_rows(rows: list[Row]) -> list[int]:
     head = [(index, row) for index, row in enumerate(rows[:_HEAD_ROWS]) if row.page == 0]
     # The head ends at the first registration, address, phone or date row after a name was seen.
     names: list[int] = []
+    registered = -1  # the name row right above the row of the registration number that ends the head
     for index, row in head:
         text = row.text.strip()
         marked = COMPANY_MARKER.search(text)
@@ -89,6 +90,8 @@ def company_rows(rows: list[Row]) -> list[int]:
             or find_dates(text, "en")
         )
         if ends and names:
+            if _is_registration(text) and names[-1] == index - 1:
+                registered = index - 1
             break
         if not ends and _name_like(text):
             names.append(index)
@@ -96,6 +99,10 @@ def company_rows(rows: list[Row]) -> list[int]:
         return []
     legal = [index for index in names if _LEGAL.search(rows[index].text)]
     if not legal:
+        # The registration number is printed under the name it registers: the row above it is the
+        # company, not a logo read as text or a brand above it ("FACE TO FACE" / "FTOF NOODLE HOUSE").
+        if registered >= 0:
+            return [registered]
         return [names[0]]  # a brand alone ("THREE STOOGES" above "BISTRO & CAFE"): the first
     chosen = [legal[-1]]
     # A name wrapped over rows: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
@@ -110,8 +117,10 @@ def company_rows(rows: list[Row]) -> list[int]:
 def company_value(raw: str) -> str:
     """The name without its registration number, with lost spaces restored."""
     value = restore_spaces(REGISTRATION.sub(" ", raw)).strip(" ,:-")
-    # The legal suffix misread: S/B (Sendirian Berhad) as S/D or S/8, BHD as HHD or 8HD.
-    value = re.sub(r"\bS/[8D]$", "S/B", value, flags=re.IGNORECASE)
+    # The legal suffix glued to the name by a lost space ("COFFEE 28S/B"), and misread: S/B
+    # (Sendirian Berhad) as S/D, S/8 or 5/B, BHD as HHD or 8HD.
+    value = re.sub(r"(?<=[A-Za-z0-9])(S/[B8D])$", r" \1", value, flags=re.IGNORECASE)
+    value = re.sub(r"\b[S5]/[B8D]$", "S/B", value, flags=re.IGNORECASE)
     return re.sub(r"\b(SDN\.?\s*)[8H]HD\b", r"\1BHD", value, flags=re.IGNORECASE)
 
 

@@ -33,6 +33,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("date.numeric", re.compile(
         rf"(?<![\d/.-])(?P<a>\d{{2}}) (?P<b>\d{{2}})(?P<sep>[-/])(?P<y>(?:19|20)\d{{2}}|\d{{2}})"
         rf"(?:{_GLUED_TIME}|(?!\d|[/.-]\d))")),
+    # The separator between day and month lost ("0502-18"): read only on a row that prints a
+    # time too (_NEEDS_TIME), the way tills print the date, so a code or a phone number never is.
+    ("date.lost_separator", re.compile(
+        rf"(?<![\d/.-])(?P<a>\d{{2}})(?P<b>\d{{2}})(?P<sep>[-/])(?P<y>(?:19|20)\d{{2}}|\d{{2}})"
+        rf"(?:{_GLUED_TIME}|(?!\d|[/.-]\d))")),
     ("date.month_name", re.compile(
         rf"(?<![\d])(?P<d>\d{{1,2}})(?:st|nd|rd|th)?[\s/-]*{_MONTH}"
         rf"[\s,/-]*(?P<y>(?:19|20)\d{{2}}(?!\d{{3}})|\d{{2}}(?!\d))", re.IGNORECASE)),
@@ -40,6 +45,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         rf"(?<![a-z]){_MONTH}\s*(?P<d>\d{{1,2}})(?:st|nd|rd|th)?,?"
         rf"\s*(?P<y>(?:19|20)\d{{2}})(?!\d{{2}})", re.IGNORECASE)),
 ]  # fmt: skip
+
+
+_NEEDS_TIME = {"date.lost_separator"}
+_TIME = re.compile(r"(?<!\d)[0-2]?\d:[0-5]\d(?!\d)")
 
 
 @dataclass(frozen=True)
@@ -84,17 +93,21 @@ def _read(rule: str, match: re.Match[str], locale: str) -> DateMatch | None:
     if two_digit:
         rules.append("date.two_digit_year")
     ambiguous = False
-    if rule == "date.numeric":
+    if rule in {"date.numeric", "date.lost_separator"}:
         first, second = int(raw_digits["a"]), int(raw_digits["b"])
         day_first = _make(year, second, first)
         month_first_reading = _make(year, first, second)
         prefer_month = month_first(locale)
         if day_first and month_first_reading and first != second:
             ambiguous = True
+        if rule == "date.lost_separator" and not (month_first_reading if prefer_month else day_first):
+            return None  # with a separator lost, a reading against the locale is a code, not a date
         if (prefer_month and month_first_reading) or not day_first:
-            iso, rules[0] = month_first_reading, "date.mdy"
+            iso, order = month_first_reading, "date.mdy"
         else:
-            iso, rules[0] = day_first, "date.dmy"
+            iso, order = day_first, "date.dmy"
+        # The order first: callers weigh a reading against the locale by rules[0].
+        rules = [order, *([rule] if rule != "date.numeric" else []), *rules[1:]]
     elif groups.get("mon"):
         iso = _make(year, MONTHS[groups["mon"].lower().replace("0", "o")[:3]], int(raw_digits["d"]))
     else:
@@ -110,6 +123,8 @@ def find_dates(text: str, locale: str) -> list[DateMatch]:
     """Every date in `text`, left to right, overlapping readings dropped (the earlier rule wins)."""
     found: list[DateMatch] = []
     for rule, pattern in _PATTERNS:
+        if rule in _NEEDS_TIME and not _TIME.search(text):
+            continue
         for match in pattern.finditer(text):
             if any(match.start() < other.end and other.start < match.end() for other in found):
                 continue

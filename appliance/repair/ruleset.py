@@ -7,7 +7,7 @@ from typing import Any
 
 # Bump on any change of behaviour of any rule: results carry the version, so a site can tell which
 # documents were repaired by which rules and re-run only those that an update affects.
-RULESET_VERSION = "2026.12.1"
+RULESET_VERSION = "2026.12.2"
 
 RULES: dict[str, str] = {
     "text.fullwidth": "full-width ASCII letters, digits and punctuation to half-width outside CJK runs",
@@ -25,6 +25,7 @@ RULES: dict[str, str] = {
     "date.mdy": "03/05/2024 read month first (locale or unambiguous)",
     "date.month_name": "5 Mar 2024, Mar 5, 2024 → ISO 8601",
     "date.two_digit_year": "a two-digit year read as 20YY (70-99: 19YY)",
+    "date.lost_separator": "0502-18 read as 05-02-18 on a row with a time, in the locale's order only",
     "id.luhn": "Luhn check digit (payment cards)",
     "id.iban.mod97": "IBAN check digits, ISO 13616 mod 97",
     "id.isbn10": "ISBN-10 check digit (mod 11)",

@@ -1,0 +1,48 @@
+"""The company on invented receipt heads: the registered name, and its legal suffix as read."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.config import RepairConfig
+from appliance.fields.header import company_value
+from appliance.repair.step import repair_document
+from tests.test_fields_receipt import _document
+
+_TAIL = [["TEL: 03-2222 1111"], ["DATE: 14/09/2019 10:11"], ["TEA", "4.00"], ["TOTAL", "4.00"]]
+
+
+@pytest.mark.parametrize(
+    ("head", "company"),
+    [
+        # A logo read as a word above the name its registration number follows.
+        ([["Qwib"], ["LUCKY STAR CAFE"], ["(001234567 P)"], ["NO. 8, JALAN BUNGA RAYA"]], "LUCKY STAR CAFE"),
+        # A brand above the registered trading name.
+        (
+            [["SUN AND MOON KITCHEN"], ["SAM KITCHEN"], ["(001234567-A)"], ["No.5, Jalan Ria 2,"]],
+            "SAM KITCHEN",
+        ),
+        # No registration number under the names: the first one (the brand) stays the company.
+        ([["THREE MONKEYS"], ["BISTRO & CAFE"], ["NO 1, JALAN DUA"]], "THREE MONKEYS"),
+        # A legal name wins over a name row right above the registration number.
+        ([["PINE TREE TRADING SDN BHD"], ["PINE TREE"], ["(765432-K)"], ["LOT 4, JALAN TIGA"]],
+         "PINE TREE TRADING SDN BHD"),
+    ],
+)  # fmt: skip
+def test_the_company_is_the_name_its_registration_number_follows(head: list[list[str]], company: str) -> None:
+    document = _document(head + _TAIL)
+    repair_document(document, RepairConfig())
+    assert document.fields["company"].value == company
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("Moon and tea 12S/B", "Moon and tea 12 S/B"),  # the suffix glued on by a lost space
+        ("77 QUICK MART 5/B (123456-X)", "77 QUICK MART S/B"),  # S read as 5
+        ("77 QUICK MARTS/8", "77 QUICK MART S/B"),
+        ("RIA PRINT SHOP 25/B", "RIA PRINT SHOP 25/B"),  # a number, not a misread suffix
+    ],
+)
+def test_legal_suffix_split_off_and_repaired(raw: str, value: str) -> None:
+    assert company_value(raw) == value
