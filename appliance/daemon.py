@@ -465,6 +465,7 @@ class Daemon:
             profile=folder.profile,
             priority=self._config.profiles[folder.profile].priority,
             identity=claimed.identity,
+            media_type=claimed.media_type,
         )
 
     # -- intake: the hot folders hand each claim here --------------------------------------------------
@@ -558,6 +559,7 @@ class Daemon:
                 relative_path=job.relative_path,
                 site_dictionary_path=str(self._site_dictionary.path),
                 sha256=job.sha256,
+                media_type=job.media_type,
                 vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if _calls_vlm(profile) else None,
                 fenced=self._lease_keeper is not None,
             )
@@ -845,6 +847,7 @@ class Daemon:
             profile=profile or earlier.profile,
             priority=self._config.profiles[profile or earlier.profile].priority,
             reason=f"reprocess of job {earlier.id}",
+            media_type=earlier.media_type,
         )
         log.info("queued %s again as job %s (reprocess of %s)", earlier.relative_path, job.id, earlier.id)
         return job

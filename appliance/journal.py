@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from appliance.errors import ApplianceError, FailureReason
 from appliance.names import display
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Waiting this long for another connection's write lock is normal under load (a second daemon
 # thread, an API reader checkpointing); beyond it something is stuck and the caller should hear it.
@@ -92,6 +92,8 @@ class Job:
     # each time the job is started), which fences a node that lost the lease. None on SQLite.
     lease_node: str | None = None
     lease_token: int | None = None
+    # The file's format as intake's completeness check sniffed it (None: not known).
+    media_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -227,11 +229,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"WHEN {_REASON_HEAD} IN ({_KNOWN_FAILURES}) THEN {_REASON_HEAD} "
         "ELSE 'internal' END WHERE state = 'failed'",
     ),
+    # Version 4: the media type intake's completeness check found (PDF, TIFF, ...), so the reader
+    # need not sniff the file again; NULL for jobs from before, and for orphans found at start.
+    4: ("ALTER TABLE jobs ADD COLUMN media_type TEXT",),
 }
 
 _JOB_COLUMNS = (
     "id, sha256, source_folder, relative_path, name, size, spool_path, profile, priority, state, "
-    "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of, failure"
+    "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of, failure, media_type"
 )
 _JOB_PLACEHOLDERS = ", ".join(f":{column.strip()}" for column in _JOB_COLUMNS.split(","))
 
@@ -261,6 +266,7 @@ def _job(row: sqlite3.Row) -> Job:
         outputs=json.loads(row["outputs"]),
         duplicate_of=row["duplicate_of"],
         failure=None if row["failure"] is None else FailureReason(row["failure"]),
+        media_type=row["media_type"],
     )
 
 
@@ -334,6 +340,7 @@ class JobJournal(Protocol):
         priority: int = 0,
         reason: str = "claimed",
         identity: str | None = None,
+        media_type: str | None = None,
         now: float | None = None,
     ) -> Job: ...
     def get(self, job_id: str) -> Job | None: ...
@@ -571,9 +578,10 @@ class Journal:
         priority: int = 0,
         reason: str = "claimed",
         identity: str | None = None,
+        media_type: str | None = None,
         now: float | None = None,
     ) -> Job:
-        """Record a newly claimed file as queued.
+        """Record a newly claimed file as queued (with its media type when intake sniffed it).
 
         `identity` (the claimed file's device, inode and mtime) matters only to a shared journal,
         where two nodes may claim one file; one daemon owns an SQLite journal and its claim's
@@ -603,6 +611,7 @@ class Journal:
                     "outputs": "{}",
                     "duplicate_of": None,
                     "failure": None,
+                    "media_type": media_type,
                 },
             )
             self._record(conn, job_id, None, JobState.QUEUED, reason=reason, at=at)

@@ -7,12 +7,13 @@ Run by hand (minutes), not in the test suite; it starts its own throwaway Postgr
     .venv/bin/python -m bench.soak_cluster throughput --files 120 --cost-ms 200
     .venv/bin/python -m bench.soak_cluster journal-cost --jobs 300
 
-`soak`: the nodes (daemons with a stand-in engine that reads at once, so kills land in every
-phase) take files dropped in bursts; each node is SIGKILLed at random moments and restarted, and
-some are frozen (SIGSTOP) for longer than their lease, then woken. It reports files in, results
-out, lost (must be 0), results issued twice (must be 0: two result files for one input, or two
-audit entries), good files failed (must be 0), files not in the audit chain exactly once (must
-be 0), whether the chain verifies, kills, stops and wall time.
+`soak`: the nodes (daemons with a stand-in engine that spends `--cost-ms` of CPU a page, so
+kills land in every phase and stops often find a job mid-read) take files dropped in bursts; each
+node is SIGKILLed at random moments and restarted, and some are frozen (SIGSTOP) for longer than
+their lease, then woken. It reports files in, results out, lost (must be 0), results issued twice
+(must be 0: two result files for one input, or two audit entries), good files failed (must be 0),
+files not in the audit chain exactly once (must be 0), whether the chain verifies, kills, stops,
+stale results a woken node refused to write, and wall time.
 
 `throughput`: the same pages read by one node with W workers, then by W nodes with one worker
 each, on the same CPUs, with a stand-in reader that spends a fixed CPU time per page: pages/s of
@@ -132,8 +133,10 @@ def soak(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="ocr-soak-cluster-"))
     (root / "in").mkdir()
     dsn = server.create_database()
+    # A stand-in reader with a cost per page, so that kills and stops often find a job mid-read.
+    extra = ["--cost-ms", str(args.cost_ms)] if args.cost_ms else []
     nodes = [
-        _Node(root, dsn, f"node{index}", workers=args.workers, lease=args.lease, extra=[])
+        _Node(root, dsn, f"node{index}", workers=args.workers, lease=args.lease, extra=extra)
         for index in range(args.nodes)
     ]
     names = [f"doc-{index:04d}.png" for index in range(args.files)]
@@ -290,6 +293,7 @@ def main() -> int:
     run.add_argument("--stops", type=int, default=2)
     run.add_argument("--workers", type=int, default=1)
     run.add_argument("--lease", type=float, default=6.0)
+    run.add_argument("--cost-ms", type=float, default=100.0, help="CPU time per page of the stand-in reader")
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--timeout", type=float, default=900.0)
     speed = commands.add_parser("throughput")

@@ -110,6 +110,7 @@ def test_two_nodes_read_every_file_of_a_shared_folder_once(
         assert results == sorted(f"{name}.json" for name in names)
         jobs = journal.jobs(limit=100)
         assert sorted(job.name for job in jobs) == names  # one job per file, none twice
+        assert {job.media_type for job in jobs} == {"image/png"}  # sniffed once, at intake
         started = [t for t in journal.transitions(limit=1000) if t.to_state is JobState.RUNNING]
         assert len(started) == len(names)  # nothing was read twice
         verified = chain.verify(dsn)

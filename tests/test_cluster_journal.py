@@ -350,3 +350,24 @@ def test_audit_verify_checks_the_database_chain_a_config_names(
         conn.execute("DELETE FROM audit WHERE seq = 1")
     assert main(["audit", "verify", "--config", str(config)]) == ExitCode.AUDIT_TAMPERED
     assert "removed" in capsys.readouterr().err
+
+
+def test_a_version_1_database_gains_the_media_type_and_keeps_its_jobs(dsn: str) -> None:
+    with _node(dsn, "a") as a:
+        old = _add(a, 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE jobs DROP COLUMN media_type")
+        conn.execute("UPDATE appliance_schema SET version = 1")
+    with _node(dsn, "a") as again, psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT version FROM appliance_schema").fetchall() == [(SCHEMA_VERSION,)]
+        assert again.get(old).media_type is None  # type: ignore[union-attr]
+        job = again.add(
+            sha256="c" * 64,
+            source_folder="/in",
+            relative_path="c.pdf",
+            name="c.pdf",
+            size=1,
+            spool_path="/s/c",
+            media_type="application/pdf",
+        )
+        assert again.get(job.id).media_type == "application/pdf"  # type: ignore[union-attr]

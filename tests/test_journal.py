@@ -723,3 +723,31 @@ def test_start_next_can_be_limited_to_some_hot_folders(journal: Journal) -> None
     assert journal.start_next(sources=["/nowhere"]) is None
     assert journal.start_next(sources=[theirs.source_folder]).id == theirs.id  # type: ignore[union-attr]
     assert journal.start_next(sources=["/in"]).id == mine.id  # type: ignore[union-attr]
+
+
+def test_a_version_3_journal_gains_the_media_type_and_keeps_its_jobs(db: Path) -> None:
+    with Journal(db) as journal:
+        old = journal.add(
+            sha256="a" * 64,
+            source_folder="/in",
+            relative_path="a.pdf",
+            name="a.pdf",
+            size=1,
+            spool_path="/s/a",
+        )
+    with sqlite3.connect(db) as raw:
+        raw.execute("ALTER TABLE jobs DROP COLUMN media_type")
+        raw.execute("PRAGMA user_version = 3")
+    raw.close()
+    with Journal(db) as journal:
+        assert journal.get(old.id).media_type is None  # type: ignore[union-attr]
+        new = journal.add(
+            sha256="b" * 64,
+            source_folder="/in",
+            relative_path="b.pdf",
+            name="b.pdf",
+            size=1,
+            spool_path="/s/b",
+            media_type="application/pdf",
+        )
+        assert journal.get(new.id).media_type == "application/pdf"  # type: ignore[union-attr]

@@ -70,7 +70,7 @@ _DB_NOW = "extract(epoch FROM clock_timestamp())"
 _JOB_COLUMNS = (
     "id, sha256, source_folder, relative_path, name, size, spool_path, profile, priority, state, "
     "attempts, reason, created_at, updated_at, not_before, outputs, duplicate_of, failure, "
-    "lease_node, lease_token"
+    "lease_node, lease_token, media_type"
 )
 
 Row = dict[str, Any]
@@ -103,6 +103,7 @@ def _job(row: Row) -> Job:
         failure=None if row["failure"] is None else FailureReason(row["failure"]),
         lease_node=row["lease_node"],
         lease_token=row["lease_token"],
+        media_type=row["media_type"],
     )
 
 
@@ -305,6 +306,7 @@ class PostgresJournal:
         priority: int = 0,
         reason: str = "claimed",
         identity: str | None = None,
+        media_type: str | None = None,
         now: float | None = None,
     ) -> Job:
         """Record a newly claimed file as queued; AlreadyClaimedError if another node journalled it."""
@@ -315,8 +317,8 @@ class PostgresJournal:
             row = conn.execute(
                 "INSERT INTO jobs (id, sha256, identity, source_folder, relative_path, name, size, "
                 "spool_path, profile, priority, state, attempts, reason, created_at, updated_at, "
-                "not_before, outputs) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', 0, %s, %s, %s, %s, '{}') "
+                "not_before, outputs, media_type) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', 0, %s, %s, %s, %s, '{}', %s) "
                 "ON CONFLICT (identity, sha256) WHERE identity IS NOT NULL DO NOTHING "
                 f"RETURNING {_JOB_COLUMNS}",
                 (
@@ -334,6 +336,7 @@ class PostgresJournal:
                     at,
                     at,
                     at,
+                    media_type,
                 ),
             ).fetchone()
             if row is None:

@@ -9,7 +9,7 @@ from psycopg.rows import tuple_row
 
 from appliance.journal import JournalError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Every node runs this at start; the advisory lock makes a fresh database's creation happen once
 # when several nodes start together.
@@ -89,7 +89,10 @@ _V1 = (
     """,
 )
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+# Version 2: the media type intake's completeness check found, so the reader need not sniff again.
+_V2 = ("ALTER TABLE jobs ADD COLUMN media_type text",)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
 
 
 def migrate(conn: psycopg.Connection[Any]) -> int:

@@ -45,6 +45,8 @@ class Claimed:
     # The file as it lay in the hot folder (device, inode, mtime in ns): with the sha256, what a
     # shared journal keys a claim on, so two nodes that both see one file cannot both journal it.
     identity: str | None = None
+    # Its format as the completeness check sniffed it (None: not known, e.g. an orphan).
+    media_type: str | None = None
 
 
 class ClaimChangedError(Exception):

@@ -6,6 +6,7 @@ imports neither the journal nor the service around it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -372,7 +373,7 @@ class HotFolders:
             if waited >= self._config.intake.incomplete_timeout_seconds:
                 self._report_incomplete(state, path, result.reason or "incomplete", result.failure)
             return
-        self._claim(state, path)
+        self._claim(state, path, result.media_type)
 
     def _report_incomplete(
         self, state: _FolderState, path: Path, reason: str, failure: FailureReason = FailureReason.INCOMPLETE
@@ -397,12 +398,12 @@ class HotFolders:
         )
         self._failed.write_reason_logged(state.config.failed_dir / relative, relative, failure, reason)
 
-    def _claim(self, state: _FolderState, path: Path) -> None:
+    def _claim(self, state: _FolderState, path: Path, media_type: str | None) -> None:
         """Claim a complete file; one that cannot be claimed stays, is reported once, and is retried."""
         now = time.monotonic()
         failure = state.unclaimable.get(path)
         try:
-            claimed = claim(path, state.config.path, self._spool)
+            claimed = dataclasses.replace(claim(path, state.config.path, self._spool), media_type=media_type)
         except WriterActiveError:
             # Still being written (a scanner adding pages): keep tracking it; tried again after the
             # settle time, and at once claimed after the writer closes it.
