@@ -24,6 +24,9 @@ _TAIL = [["TEL: 03-2222 1111"], ["DATE: 14/09/2019 10:11"], ["TEA", "4.00"], ["T
         ),
         # No registration number under the names: the first one (the brand) stays the company.
         ([["THREE MONKEYS"], ["BISTRO & CAFE"], ["NO 1, JALAN DUA"]], "THREE MONKEYS"),
+        # A limited liability partnership (PLT) is a legal name under its brand.
+        ([["KOPI HOUSE"], ["ANGGERIK KOPI PLT"], ["NO 3, JALAN MAWAR"]], "ANGGERIK KOPI PLT"),
+        ([["SURIA MART"], ["SURIA JAYA BERHAD"], ["LOT 9, JALAN EMAS"]], "SURIA JAYA BERHAD"),
         # A legal name wins over a name row right above the registration number.
         ([["PINE TREE TRADING SDN BHD"], ["PINE TREE"], ["(765432-K)"], ["LOT 4, JALAN TIGA"]],
          "PINE TREE TRADING SDN BHD"),

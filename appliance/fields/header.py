@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from appliance.fields.receipt import Row
 
 _MARKER = (
-    r"SDN\.?\s*BHD|\bBHD\b|S/B\b|\bSDN\b|ENTERPRISES?|TRADING|RESTORAN|RESTAURANT|HARDWARE|STATIONERY|"
+    r"SDN\.?\s*BHD|\bBHD\b|\bBERHAD\b|S/B\b|\bSDN\b|\bPLT\b|\bLLP\b|\bCORP(ORATION)?\b|ENTERPRISES?|"
+    r"TRADING|RESTORAN|RESTAURANT|HARDWARE|STATIONERY|"
     r"\bMART\b|BAKER(Y|IES)|\bCO\.|COMPANY|\bLTD\b|LIMITED|\bINC\b|\bPLC\b|\bGROUP\b|GROCER|SUPERMARKET|"
     r"PHARMACY|\bCAFE\b|KEDAI|PERNIAGAAN|SYARIKAT|MARKETING|\(M\)|PTE\.?\s*LTD|有限公司|公司|商店|超市|酒店"
 )
@@ -28,8 +29,9 @@ COMPANY_MARKER = re.compile(_MARKER, re.IGNORECASE)
 # Markers of the legal entity (the name SROIE and a ledger want) rather than of the kind of shop:
 # "MYDIN MART SRI MUDA" is the branch, "TRI SHAAS SDN BHD" the company.
 _LEGAL = re.compile(
-    r"SDN\.?\s*BHD|\bBHD\b|S/B\b|\bSDN\b|PTE\.?\s*LTD|\bLTD\b|LIMITED|\bINC\b|\bPLC\b|ENTERPRISES?|"
-    r"TRADING|COMPANY|\bCO\.|\(M\)|有限公司|公司",
+    # PLT and LLP: a limited liability partnership; BERHAD: a public company ("... BERHAD").
+    r"SDN\.?\s*BHD|\bBHD\b|\bBERHAD\b|S/B\b|\bSDN\b|\bPLT\b|\bLLP\b|\bCORP(ORATION)?\b|PTE\.?\s*LTD|"
+    r"\bLTD\b|LIMITED|\bINC\b|\bPLC\b|ENTERPRISES?|TRADING|COMPANY|\bCO\.|\(M\)|有限公司|公司",
     re.IGNORECASE,
 )
 _STARTS_WITH_MARKER = re.compile(rf"^\W*({_MARKER})", re.IGNORECASE)

@@ -17,8 +17,9 @@ from appliance.repair.numeric import fix_digits
 MONTHS = {name: index + 1 for index, name in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}  # fmt: skip
 _D = r"[\dOoIlSB]"  # a digit, or a glyph the recogniser confuses with one (fixed before reading)
-# A time printed straight after the date, its space lost by the recogniser: "10/03/201817:24:07".
-_GLUED_TIME = r"(?=[0-2]?\d[:.][0-5]\d)"
+# A time printed straight after the date, its space lost by the recogniser ("10/03/201817:24:07"),
+# or joined to it by a dash ("10/03/2018-17:24").
+_GLUED_TIME = r"(?=-?[0-2]?\d[:.][0-5]\d)"
 _MONTH = r"(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sept?|[o0]ct|nov|dec)[a-z]*\.?"  # 0CT: O read as 0
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("date.cjk", re.compile(r"(?P<y>\d{4})\s*年\s*(?P<m>\d{1,2})\s*月\s*(?P<d>\d{1,2})\s*[日号]?")),
