@@ -383,6 +383,10 @@ class JournalConfig(_Strict):
     # lease has run out (the node was killed, powered off or cut off) another node reads the job.
     lease_seconds: StrictFloat = Field(default=30.0, ge=3.0, le=3600.0)
     pool_size: StrictInt = Field(default=4, ge=2, le=64)
+    # A claim record in the shared spool that no job names (its node died between the move and
+    # the journal) is queued by any node once it is this old: longer than any claim takes
+    # (hashing the largest file allowed over a slow share), so a claim in progress is left alone.
+    orphan_grace_seconds: StrictFloat = Field(default=120.0, ge=10.0)
 
     @model_validator(mode="after")
     def _postgresql_needs_dsn(self) -> JournalConfig:

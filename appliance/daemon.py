@@ -169,11 +169,7 @@ class Daemon:
             on_claimed=self._claimed,
             report_error=lambda message: self._board.error("", message),
         )
-        self._hot_folders.reconcile_spool(
-            self._settle_spooled,
-            self._filing.folder_for,
-            lambda orphan, folder: self._journal_add(orphan, folder).id,
-        )
+        self._reconcile_spool()
         for worker in self._workers:
             # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
             self._notifier.extend_timeout(_WORKER_START_SECONDS)
@@ -307,6 +303,10 @@ class Daemon:
                         # The safety net for events lost on network mounts or under load.
                         self._hot_folders.rescan()
                         next_rescan = now + self._config.intake.rescan_seconds
+                        if self._lease_keeper is not None:
+                            # Another node may have died between a claim and its journal entry;
+                            # alone, the next start finds such a claim.
+                            self._reconcile_spool()
                     if now >= next_prune:
                         self._prune()
                         next_prune = now + _PRUNE_EVERY_SECONDS
@@ -454,6 +454,19 @@ class Daemon:
             extra=event("stopped"),
         )
 
+    def _reconcile_spool(self) -> None:
+        self._hot_folders.reconcile_spool(
+            self._settle_spooled,
+            self._filing.folder_for,
+            self._queue_orphan,
+        )
+
+    def _queue_orphan(self, orphan: Claimed, folder: HotFolderConfig) -> str:
+        try:
+            return self._journal_add(orphan, folder).id
+        except AlreadyClaimedError as error:  # another node queued it a moment before
+            return error.job.id
+
     def _journal_add(self, claimed: Claimed, folder: HotFolderConfig) -> Job:
         return self.journal.add(
             sha256=claimed.sha256,
@@ -503,6 +516,11 @@ class Daemon:
         job = self.journal.find_by_spool_path(str(spool_file))
         if job is None:
             return False
+        if (
+            self._lease_keeper is not None
+            and time.time() - job.updated_at < self._config.journal.orphan_grace_seconds
+        ):
+            return True  # sharing the spool: the node that just finished it is moving it out
         if job.state in (JobState.DONE, JobState.FAILED):
             self._filing.settle_finished(job)  # a crash came between the journal and the archive
         return True

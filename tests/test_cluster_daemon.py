@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -240,3 +242,44 @@ def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(t
         with _observer(dsn) as journal:
             assert journal.counts()[JobState.DONE] == 2
             assert chain.verify(dsn).entries == 2
+
+
+def test_a_claim_a_dead_node_never_journalled_is_read_by_another_node(
+    tmp_path: Path, postgres: ThrowawayPostgres
+) -> None:
+    dsn = postgres.create_database()
+    inbox = tmp_path / "in"
+    # What a node killed between its claim's move and the journal entry leaves in the shared spool.
+    orphan_dir = tmp_path / "spool" / "0123456789abcdef0123456789abcdef"
+    orphan_dir.mkdir(parents=True)
+    (orphan_dir / "claim.json").write_text(
+        json.dumps({"source_folder": str(inbox), "relative_path": "lost.png", "identity": "1:2:3"}),
+        encoding="utf-8",
+    )
+    (orphan_dir / "lost.png").write_bytes(image_bytes("gray"))
+    config = parse_config(
+        {
+            "paths": {"state_dir": "state", "spool_dir": "spool"},
+            "hot_folders": [
+                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
+            ],
+            "intake": {"settle_seconds": 0.3, "rescan_seconds": 1.0, "min_free_mb": 0.0},
+            "journal": {
+                "backend": "postgresql",
+                "dsn": dsn,
+                "lease_seconds": 3.0,
+                "orphan_grace_seconds": 10.0,
+            },
+        },
+        base_dir=tmp_path,
+    )
+    with DaemonThread(config, fixed_text_engine) as running:
+        # Young, it may be another node's claim in progress: left alone at start...
+        assert running.daemon.snapshot_status().queue["queued"] == 0
+        assert (orphan_dir / "lost.png").exists()
+        # ...and queued and read once older than the grace, without any restart.
+        old = time.time() - 60
+        os.utime(orphan_dir / "claim.json", (old, old))
+        assert wait_for((tmp_path / "out" / "lost.png.json").exists, timeout=120)
+    with _observer(dsn) as journal:
+        assert [job.name for job in journal.jobs()] == ["lost.png"]

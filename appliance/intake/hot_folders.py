@@ -221,7 +221,7 @@ class HotFolders:
             # A spool shared by nodes of one PostgreSQL journal holds their claims in progress
             # too: a claim record is an orphan only once older than any claim can take.
             shared = self._config.journal.backend == "postgresql"
-            min_age = self._config.intake.incomplete_timeout_seconds if shared else 0.0
+            min_age = self._config.journal.orphan_grace_seconds if shared else 0.0
             orphans = orphaned_claims(self._spool, known, min_age)
         except Exception:
             log.exception("cannot look for orphaned claims in %s", self._spool)
