@@ -22,6 +22,13 @@ _TAIL = [["TEL: 03-2222 1111"], ["DATE: 14/09/2019 10:11"], ["TEA", "4.00"], ["T
             [["SUN AND MOON KITCHEN"], ["SAM KITCHEN"], ["(001234567-A)"], ["No.5, Jalan Ria 2,"]],
             "SAM KITCHEN",
         ),
+        # A long head (address rows misread so they look like names): the operator registered above
+        # the number is not taken for the shop.
+        (
+            [["SUNRISE PETROL KEMUNING"], ["Kebun Teh Satu"], ["Kemuning Utama"], ["Selangor"],
+             ["Rosh Servport"], ["CO.REG.NO:000948487-V"]],
+            "SUNRISE PETROL KEMUNING",
+        ),
         # No registration number under the names: the first one (the brand) stays the company.
         ([["THREE MONKEYS"], ["BISTRO & CAFE"], ["NO 1, JALAN DUA"]], "THREE MONKEYS"),
         # A limited liability partnership (PLT) is a legal name under its brand.

@@ -103,7 +103,9 @@ def company_rows(rows: list[Row]) -> list[int]:
     if not legal:
         # The registration number is printed under the name it registers: the row above it is the
         # company, not a logo read as text or a brand above it ("FACE TO FACE" / "FTOF NOODLE HOUSE").
-        if registered >= 0:
+        # Only in a short head (a logo read as text, a brand, the name): in a longer one, rows not
+        # read as an address may stand between the shop's name and an operator's name and number.
+        if registered >= 0 and len(names) <= 3:
             return [registered]
         return [names[0]]  # a brand alone ("THREE STOOGES" above "BISTRO & CAFE"): the first
     chosen = [legal[-1]]
