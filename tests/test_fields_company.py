@@ -31,6 +31,12 @@ _TAIL = [["TEL: 03-2222 1111"], ["DATE: 14/09/2019 10:11"], ["TEA", "4.00"], ["T
         ),
         # No registration number under the names: the first one (the brand) stays the company.
         ([["THREE MONKEYS"], ["BISTRO & CAFE"], ["NO 1, JALAN DUA"]], "THREE MONKEYS"),
+        # A name wrapped after a conjunction; a brand above a legal name is not part of it.
+        (
+            [["MAJU JAYA FOOD AND"], ["BEVERAGES SDN BHD"], ["(123456-K)"], ["NO 1, JALAN SATU"]],
+            "MAJU JAYA FOOD AND BEVERAGES SDN BHD",
+        ),
+        ([["KEDAI MAJU"], ["BUMI HIJAU SDN BHD"], ["NO 1, JALAN SATU"]], "BUMI HIJAU SDN BHD"),
         # A limited liability partnership (PLT) is a legal name under its brand.
         ([["KOPI HOUSE"], ["ANGGERIK KOPI PLT"], ["NO 3, JALAN MAWAR"]], "ANGGERIK KOPI PLT"),
         ([["SURIA MART"], ["SURIA JAYA BERHAD"], ["LOT 9, JALAN EMAS"]], "SURIA JAYA BERHAD"),

@@ -109,13 +109,21 @@ def company_rows(rows: list[Row]) -> list[int]:
             return [registered]
         return [names[0]]  # a brand alone ("THREE STOOGES" above "BISTRO & CAFE"): the first
     chosen = [legal[-1]]
-    # A name wrapped over rows: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
+    # A name wrapped over rows: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD", or
+    # a row above that cannot end a name ("LIM & SONS HARDWARE &" / "TRADING SDN BHD").
     while chosen[0] - 1 in names:
         text = rows[chosen[0]].text
-        if not (_STARTS_WITH_MARKER.search(text) or text.count(")") > text.count("(")):
+        above = rows[chosen[0] - 1].text
+        if not (
+            _STARTS_WITH_MARKER.search(text) or text.count(")") > text.count("(") or _OPEN_END.search(above)
+        ):
             break
         chosen.insert(0, chosen[0] - 1)
     return chosen
+
+
+# A row ending in a conjunction or a hyphen continues on the next row.
+_OPEN_END = re.compile(r"(&|\bAND|\bDAN|\bOF|-)\s*$", re.IGNORECASE)
 
 
 def company_value(raw: str) -> str:
