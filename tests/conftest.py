@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,34 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from tests.scheduling import WholeModulesScheduling
 
     return WholeModulesScheduling(config, log)  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(
+    report: pytest.TestReport,
+) -> Generator[None, dict[str, Any], dict[str, Any]]:
+    """Reports as xdist sends them from a worker: every string encodable as UTF-8.
+
+    A captured log line that names a file whose name is not UTF-8 holds surrogate escapes, which
+    xdist's channel refuses to send: the worker would die with an internal error and end the run.
+    """
+    data = yield
+    safe: dict[str, Any] = _utf8_safe(data)
+    return safe
+
+
+def _utf8_safe(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {key: _utf8_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_utf8_safe(item) for item in value)
+    return value
 
 
 @pytest.fixture(scope="session")
