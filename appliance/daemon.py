@@ -653,10 +653,9 @@ class Daemon:
         """A running job was lost (stopped or cut off longer than its lease): drop what it has."""
         self._board.error(job.id, str(error))
         log.warning(
-            "job %s (%s): %s; this node's result is dropped, another node reads it",
-            job.id,
-            job.relative_path,
+            "%s (%s); this node's result is dropped, another node reads it",
             error,
+            job.relative_path,
             extra=event("lease_lost", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="finish"),
         )
 

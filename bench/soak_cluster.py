@@ -43,6 +43,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from appliance.journal import JobState
+from appliance.journals import NODE_ID_FILE
 from tests.pg_server import ThrowawayPostgres, throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +120,19 @@ class _Node:
                 self.process.wait()
 
 
+def _reading_now(observer: Any, nodes: list[_Node], wait: float = 5.0) -> _Node | None:
+    """A node that holds a running job now (so that freezing it strands a job mid-read), if any."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        holders = {job.lease_node for job in observer.jobs(JobState.RUNNING, limit=50)}
+        for node in nodes:
+            node_id = node.config.parent / node.name / NODE_ID_FILE
+            if node_id.exists() and node_id.read_text(encoding="ascii").strip() in holders:
+                return node
+        time.sleep(0.05)
+    return None
+
+
 def _accounted(root: Path) -> tuple[Counter[str], set[str]]:
     results: Counter[str] = Counter()
     for path in (root / "out").glob("*.json"):
@@ -128,6 +143,7 @@ def _accounted(root: Path) -> tuple[Counter[str], set[str]]:
 
 def soak(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str, Any]:
     from appliance.cluster import audit as chain
+    from appliance.cluster.journal import PostgresJournal
 
     random.seed(args.seed)
     root = Path(tempfile.mkdtemp(prefix="ocr-soak-cluster-"))
@@ -140,6 +156,7 @@ def soak(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str, Any]:
         for index in range(args.nodes)
     ]
     names = [f"doc-{index:04d}.png" for index in range(args.files)]
+    observer = PostgresJournal(dsn, node_id="soak-observer", node_name="soak-observer")
     started = time.monotonic()
     # Kill and stop moments spread over the bursts: each node killed kills_per_node times.
     events = [("kill", node) for node in nodes for _ in range(args.kills_per_node)]
@@ -162,10 +179,12 @@ def soak(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str, Any]:
             if kind == "kill":
                 node.kill_and_restart()
             else:  # frozen past its lease: the others take its jobs; woken, it must write nothing
-                node.process.send_signal(signal.SIGSTOP)
+                frozen = _reading_now(observer, nodes) or node
+                frozen.process.send_signal(signal.SIGSTOP)
                 time.sleep(args.lease * 1.5)
-                node.process.send_signal(signal.SIGCONT)
-                node.stops += 1
+                frozen.process.send_signal(signal.SIGCONT)
+                frozen.stops += 1
+    observer.close()
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         results, failed = _accounted(root)
