@@ -561,6 +561,7 @@ class Daemon:
                 self._finish_fault(job, error)
                 continue
             profile = self._config.profile(job.profile)
+            vlm = _calls_vlm(self._config, profile)
             request = JobRequest(
                 job_id=job.id,
                 input_path=job.spool_path,
@@ -578,7 +579,7 @@ class Daemon:
                 site_dictionary_path=str(self._site_dictionary.path),
                 sha256=job.sha256,
                 media_type=job.media_type,
-                vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if _calls_vlm(profile) else None,
+                vlm_skip_reason=self._vlm_breaker.skip_reason(job.id) if vlm else None,
                 fenced=self._lease_keeper is not None,
             )
             if request.vlm_skip_reason:
@@ -620,7 +621,7 @@ class Daemon:
                 if restart:
                     worker.start()
                 continue
-            if _calls_vlm(self._config.profile(job.profile)):
+            if _calls_vlm(self._config, self._config.profile(job.profile)):
                 self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
             log.error(
                 "job %s (%s): %s; now %s",
@@ -912,9 +913,14 @@ def _failure_code(value: str) -> FailureReason:
         return FailureReason.INTERNAL
 
 
-def _calls_vlm(profile: ProfileConfig) -> bool:
-    """Whether this profile's documents may be read by the VLM.
+def _calls_vlm(config: AppConfig, profile: ProfileConfig) -> bool:
+    """Whether this profile's documents may be read by the VLM (not an ONNX second reader).
 
-    AppConfig's validation makes a cascade that is not off imply that engine.vlm_gguf is set.
+    AppConfig's validation makes a cascade without a named reader imply that exactly one second
+    reader is configured: the VLM when engine.vlm_gguf is set.
     """
-    return profile.cascade.mode != "off"
+    if profile.cascade.mode == "off":
+        return False
+    if profile.cascade.reader is None:
+        return config.engine.vlm_gguf is not None
+    return profile.cascade.reader == "vlm_gguf"

@@ -6,6 +6,7 @@ Run by hand (minutes), not in the test suite; it starts its own throwaway Postgr
     .venv/bin/python -m bench.soak_cluster soak --nodes 3 --files 600 --kills-per-node 5 --stops 2
     .venv/bin/python -m bench.soak_cluster throughput --files 120 --cost-ms 200
     .venv/bin/python -m bench.soak_cluster journal-cost --jobs 300
+    .venv/bin/python -m bench.soak_cluster scaling --nodes 1,2,4,8 --cost-ms 200
 
 `soak`: the nodes (daemons with a stand-in engine that spends `--cost-ms` of CPU a page, so
 kills land in every phase and stops often find a job mid-read) take files dropped in bursts; each
@@ -19,6 +20,8 @@ stale results a woken node refused to write, and wall time.
 each, on the same CPUs, with a stand-in reader that spends a fixed CPU time per page: pages/s of
 each and their ratio.
 
+`scaling`: the same comparison for several worker counts (on a machine with more cores).
+
 `journal-cost`: the journal's own work per job (claim, start, lease renewal, fence, finish with
 its audit entry) in one process, on SQLite (the audit chain a file) and on PostgreSQL (the chain
 in the database), with the servers' default durability (fsync on).
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
 import signal
 import statistics
@@ -254,6 +258,24 @@ def throughput(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str,
     return figures
 
 
+def scaling(args: argparse.Namespace, server: ThrowawayPostgres) -> dict[str, Any]:
+    """Pages/s of N nodes of one worker against one node of N workers, for each N, on the same CPUs."""
+    curve = []
+    for count in (int(value) for value in args.nodes.split(",")):
+        files = args.pages_per_worker * count
+        point: dict[str, Any] = {"workers": count, "files": files}
+        for label, nodes, workers in (("one_node", 1, count), ("nodes", count, 1)):
+            root = Path(tempfile.mkdtemp(prefix=f"ocr-scaling-{label}-{count}-"))
+            (root / "in").mkdir()
+            dsn = server.create_database()
+            seconds = _read_all(root, dsn, nodes=nodes, workers=workers, files=files, cost_ms=args.cost_ms)
+            point[f"{label}_pages_per_s"] = round(files / seconds, 3)
+        point["ratio"] = round(point["nodes_pages_per_s"] / point["one_node_pages_per_s"], 3)
+        curve.append(point)
+        print(json.dumps(point), flush=True)
+    return {"cost_ms_per_page": args.cost_ms, "cpus": os.cpu_count(), "curve": curve}
+
+
 def _percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {
@@ -319,6 +341,10 @@ def main() -> int:
     speed.add_argument("--files", type=int, default=120)
     speed.add_argument("--cost-ms", type=float, default=200.0)
     speed.add_argument("--workers", type=int, default=3)
+    curve = commands.add_parser("scaling")
+    curve.add_argument("--nodes", default="1,2,4,8", help="comma-separated worker counts")
+    curve.add_argument("--cost-ms", type=float, default=200.0)
+    curve.add_argument("--pages-per-worker", type=int, default=60)
     cost = commands.add_parser("journal-cost")
     cost.add_argument("--jobs", type=int, default=300)
     args = parser.parse_args()
@@ -330,6 +356,8 @@ def main() -> int:
             failed = failed or figures["not_audited_once"] or not figures["audit_chain_intact"]
         elif args.command == "throughput":
             figures, failed = throughput(args, server), False
+        elif args.command == "scaling":
+            figures, failed = scaling(args, server), False
         else:
             figures, failed = journal_cost(args, server), False
     print(json.dumps(figures, indent=1))

@@ -23,6 +23,9 @@ class PostgresUnavailableError(RuntimeError):
 
 
 def _bin_dir() -> Path:
+    override = os.environ.get("OCR_TEST_PG_BIN")  # PostgreSQL's binaries unpacked elsewhere
+    if override:
+        return Path(override)
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda path: int(path.parts[4]))
     if found:
         return Path(found[-1]).parent
@@ -42,10 +45,15 @@ class ThrowawayPostgres:
         self.data = self.folder / "data"
         owner = os.getuid()
         if owner == 0:
-            # initdb and postgres refuse to run as root; the folder must be the server user's.
-            owner = pwd.getpwnam("postgres").pw_uid
-            os.chown(self.folder, owner, pwd.getpwnam("postgres").pw_gid)
-            self._as_user = ["runuser", "-u", "postgres", "--"]
+            # initdb and postgres refuse to run as root; the folder must be the server user's
+            # (Debian's package makes `postgres`; elsewhere the unprivileged `nobody` does).
+            try:
+                account = pwd.getpwnam("postgres")
+            except KeyError:
+                account = pwd.getpwnam("nobody")
+            owner = account.pw_uid
+            os.chown(self.folder, owner, account.pw_gid)
+            self._as_user = ["runuser", "-u", account.pw_name, "--"]
         self.user = pwd.getpwuid(owner).pw_name
         # Tests want speed, not durability; the soak measures with the server's defaults.
         self._settings = [] if durable else ["-c", "fsync=off", "-c", "synchronous_commit=off"]

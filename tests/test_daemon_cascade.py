@@ -206,3 +206,25 @@ def test_after_three_documents_in_a_row_lose_their_worker_the_vlm_is_left_out(tm
     assert last["pages"][0]["engine_details"]["cascade"]["error"].startswith(
         "VLM skipped: VLM disabled until restart: 3 documents in a row lost their worker"
     )
+
+
+def test_only_a_cascade_that_reads_with_the_vlm_counts_as_calling_it() -> None:
+    from appliance.config import parse_config
+    from appliance.daemon import _calls_vlm
+
+    lines = {"mode": "below_threshold", "unit": "lines"}
+    onnx_only = parse_config({"engine": {"onnx_reader": {}}, "profiles": {"default": {"cascade": lines}}})
+    assert not _calls_vlm(onnx_only, onnx_only.profile("default"))  # no VLM breaker for ONNX re-reads
+    both = parse_config(
+        {
+            "engine": {"onnx_reader": {}, "vlm_gguf": {"model_dir": "/nonexistent"}},
+            "profiles": {
+                "default": {"cascade": {**lines, "reader": "onnx_reader"}},
+                "vlm": {"cascade": {**lines, "reader": "vlm_gguf"}},
+                "plain": {},
+            },
+        }
+    )
+    assert not _calls_vlm(both, both.profile("default"))
+    assert _calls_vlm(both, both.profile("vlm"))
+    assert not _calls_vlm(both, both.profile("plain"))
