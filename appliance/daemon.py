@@ -294,6 +294,7 @@ class Daemon:
             self.start()
         next_rescan = time.monotonic() + self._config.intake.rescan_seconds
         next_prune = time.monotonic()
+        next_reconcile = time.monotonic() + self._config.journal.orphan_grace_seconds / 2
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -303,10 +304,12 @@ class Daemon:
                         # The safety net for events lost on network mounts or under load.
                         self._hot_folders.rescan()
                         next_rescan = now + self._config.intake.rescan_seconds
-                        if self._lease_keeper is not None:
-                            # Another node may have died between a claim and its journal entry;
-                            # alone, the next start finds such a claim.
-                            self._reconcile_spool()
+
+                    if self._lease_keeper is not None and now >= next_reconcile:
+                        # Another node may have died between a claim and its journal entry
+                        # (alone, the next start finds such a claim); half the grace apart.
+                        self._reconcile_spool()
+                        next_reconcile = now + self._config.journal.orphan_grace_seconds / 2
                     if now >= next_prune:
                         self._prune()
                         next_prune = now + _PRUNE_EVERY_SECONDS

@@ -22,7 +22,7 @@ from watchdog.observers.api import BaseObserver
 
 from appliance.config import AppConfig, HotFolderConfig
 from appliance.errors import FailureReason
-from appliance.intake.claim import ClaimChangedError, Claimed, claim, orphaned_claims
+from appliance.intake.claim import CLAIM_RECORD, ClaimChangedError, Claimed, claim, orphaned_claims
 from appliance.intake.completeness import check_complete
 from appliance.intake.filtering import is_candidate
 from appliance.intake.lease import WriterActiveError
@@ -209,19 +209,22 @@ class HotFolders:
         `settle_known(spool_file)` says whether a job holds the file (and moves a finished job's
         file out of the spool); `queue_orphan` journals an orphan and returns its job id.
         """
+        # A spool shared by nodes of one PostgreSQL journal holds their claims in progress too: a
+        # claim record is an orphan only once older than any claim can take, and younger folders
+        # are not looked at (nor asked about in the journal) at all.
+        shared = self._config.journal.backend == "postgresql"
+        min_age = self._config.journal.orphan_grace_seconds if shared else 0.0
         known: set[str] = set()
         for job_dir in sorted(self._spool.iterdir()) if self._spool.is_dir() else []:
             try:
+                if min_age and _younger_than(job_dir / CLAIM_RECORD, min_age):
+                    continue
                 for path in job_dir.iterdir():
                     if settle_known(path):
                         known.add(str(path))
             except Exception:  # one spool folder must not stop every start from here on
                 log.exception("cannot reconcile the spool folder %s; left as it is", job_dir)
         try:
-            # A spool shared by nodes of one PostgreSQL journal holds their claims in progress
-            # too: a claim record is an orphan only once older than any claim can take.
-            shared = self._config.journal.backend == "postgresql"
-            min_age = self._config.journal.orphan_grace_seconds if shared else 0.0
             orphans = orphaned_claims(self._spool, known, min_age)
         except Exception:
             log.exception("cannot look for orphaned claims in %s", self._spool)
@@ -464,3 +467,11 @@ class HotFolders:
         message = f"cannot {doing} {path}: {reason}; it stays in the hot folder and is tried again"
         log.error("%s", message)
         self._report_error(message)
+
+
+def _younger_than(path: Path, seconds: float) -> bool:
+    """Whether the file was written less than `seconds` ago (False when it cannot be looked at)."""
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
