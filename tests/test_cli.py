@@ -122,7 +122,9 @@ def test_run_processes_a_dropped_file_and_stops_cleanly(tmp_path: Path, stop_sig
     config = _write_config(
         tmp_path / "config.yaml",
         "hot_folders:\n  - {path: in, output_dir: out, archive_dir: archive, failed_dir: failed}\n"
-        "intake: {settle_seconds: 0.5}\npaths: {state_dir: state}\n",
+        "intake: {settle_seconds: 0.5}\npaths: {state_dir: state}\n"
+        # Its own control socket: tests running side by side must not meet at the installed path.
+        f"api: {{socket: {tmp_path / 'api.sock'}}}\n",
     )
     daemon = subprocess.Popen(
         [*CLI, "run", "--config", str(config)],

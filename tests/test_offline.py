@@ -33,7 +33,9 @@ def _config(root: Path) -> Path:
     path.write_text(
         "paths: {state_dir: state}\n"
         "hot_folders:\n  - {path: in, output_dir: out, archive_dir: archive, failed_dir: failed}\n"
-        "intake: {settle_seconds: 0.3, min_free_mb: 0.0}\n",
+        "intake: {settle_seconds: 0.3, min_free_mb: 0.0}\n"
+        # Its own control socket: tests running side by side must not meet at the installed path.
+        f"api: {{socket: {root / 'api.sock'}}}\n",
         encoding="utf-8",
     )
     return path
@@ -49,7 +51,8 @@ def _full_run(root: Path, prefix: list[str], env: dict[str, str]) -> str:
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
     )
     try:
-        deadline = time.monotonic() + 120
+        # A limit for states to be reached, not a duration: generous for a loaded 2-core machine.
+        deadline = time.monotonic() + 300
         lock = root / "state" / "daemon.lock"
         while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -58,9 +61,12 @@ def _full_run(root: Path, prefix: list[str], env: dict[str, str]) -> str:
         (root / "in").mkdir(exist_ok=True)
         staged.rename(root / "in" / "receipt.png")
         result = root / "out" / "receipt.png.txt"
-        while not result.exists() and time.monotonic() < deadline:
+        while not result.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert result.exists(), "no result"
+        if not result.exists():
+            process.kill()
+            _, stderr = process.communicate()
+            raise AssertionError(f"no result; the daemon said:\n{stderr[-4000:]}")
         assert "TOTAL 40.17" in result.read_text(encoding="utf-8")
         time.sleep(0.5)
         # The daemon's own pid (from its lock file): signalling a wrapper such as strace would
