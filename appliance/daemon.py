@@ -114,6 +114,9 @@ class Daemon:
         # The ids of the jobs in `_jobs_by_worker`, replaced whole once a tick so that the lease
         # keeper's thread reads a consistent set without a lock.
         self._reading: frozenset[str] = frozenset()
+        # What the node tells the cluster with its heartbeat, made on the loop (the counters are
+        # the loop's) and read by the lease keeper's thread; replaced whole, never changed.
+        self._heartbeat_stats: dict[str, Any] = {}
         self._journal_down_since: float | None = None
         # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
         # every job may try the VLM again).
@@ -156,7 +159,7 @@ class Daemon:
             self._lease_keeper = LeaseKeeper(
                 self.journal,
                 self._config.journal.lease_seconds,
-                self._node_stats,
+                lambda: self._heartbeat_stats,
                 self._settle_on_loop,
                 lambda: self._reading,
             )
@@ -212,7 +215,7 @@ class Daemon:
         self._lock_handle = handle
 
     def _node_stats(self) -> dict[str, Any]:
-        """What this node tells the cluster with each heartbeat (`ocr-appliance status` on any node)."""
+        """What this node tells the cluster with its heartbeat (`ocr-appliance status` on any node)."""
         status = self._board.snapshot(
             state=self.state,
             counts=dict.fromkeys(JobState, 0),
@@ -295,6 +298,7 @@ class Daemon:
         next_rescan = time.monotonic() + self._config.intake.rescan_seconds
         next_prune = time.monotonic()
         next_reconcile = time.monotonic() + self._config.journal.orphan_grace_seconds / 2
+        next_stats = time.monotonic()
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -332,6 +336,9 @@ class Daemon:
                 except JournalUnavailableError as error:
                     self._journal_away(error)
                 self._reading = frozenset(job.id for job in self._jobs_by_worker.values())
+                if self._lease_keeper is not None and now >= next_stats:
+                    self._heartbeat_stats = self._node_stats()
+                    next_stats = now + self._config.journal.lease_seconds / 6
                 self._heartbeat()
                 self._wait_for_work(stop)
         finally:
