@@ -15,6 +15,7 @@ reading one twice.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import fcntl
 import grp
 import json
@@ -118,6 +119,9 @@ class Daemon:
         # the loop's) and read by the lease keeper's thread; replaced whole, never changed.
         self._heartbeat_stats: dict[str, Any] = {}
         self._journal_down_since: float | None = None
+        self._last_counts: dict[JobState, int] = dict.fromkeys(JobState, 0)
+        # Files claimed while a shared journal's server was away, journalled once it is back.
+        self._unjournalled: list[tuple[Claimed, HotFolderConfig]] = []
         # Which attempts may call the VLM, after workers lost to it (kept in memory: after a restart
         # every job may try the VLM again).
         self._vlm_breaker = VlmBreaker()
@@ -247,9 +251,12 @@ class Daemon:
 
     def status_line(self) -> str:
         """The short line systemd shows in `systemctl status` (STATUS=)."""
+        # A shared journal's server that is away: the last counts (the watchdog is still pinged).
+        with contextlib.suppress(JournalUnavailableError):
+            self._last_counts = self.journal.counts()
         return self._board.line(
             self.state,
-            self.journal.counts(),
+            self._last_counts,
             busy=bool(self._jobs_by_worker),
             pages_done=sum(worker.pages_done for worker in self._workers),
         )
@@ -357,6 +364,10 @@ class Daemon:
         time.sleep(1.0)  # at most one attempt a second while the server is away
 
     def _journal_back(self) -> None:
+        while self._unjournalled:
+            claimed, folder = self._unjournalled[0]
+            self._claimed(claimed, folder, retrying=True)  # raises while the server is still away
+            self._unjournalled.pop(0)
         if self._journal_down_since is not None:
             log.warning(
                 "the journal is reachable again after %.0f s", time.monotonic() - self._journal_down_since
@@ -447,6 +458,8 @@ class Daemon:
                     self.journal.release(job.id, "daemon stopped while the job was running")
                 except LeaseLostError as error:
                     log.warning("%s; another node reads it", error)
+                except JournalUnavailableError as error:  # its lease runs out; another node reads it
+                    log.warning("job %s not released: %s", job.id, error)
             worker.shutdown()
         self._hot_folders.join()
         self._fail_pending_commands()
@@ -493,8 +506,12 @@ class Daemon:
 
     # -- intake: the hot folders hand each claim here --------------------------------------------------
 
-    def _claimed(self, claimed: Claimed, folder: HotFolderConfig) -> None:
-        """Journal a file intake claimed; its earlier result is issued again if it is a duplicate."""
+    def _claimed(self, claimed: Claimed, folder: HotFolderConfig, *, retrying: bool = False) -> None:
+        """Journal a file intake claimed; its earlier result is issued again if it is a duplicate.
+
+        `retrying`: a claim made while the journal's server was away; it is already waiting in
+        `_unjournalled`, so an unreachable server is raised to the loop instead.
+        """
         relative = Path(claimed.relative_path)
         self._next_status = 0.0
         try:
@@ -502,6 +519,14 @@ class Daemon:
         except AlreadyClaimedError as error:
             # Another node journalled this very file first (a shared mount seen by both).
             log.info("claimed %s, but %s", relative, error)
+            return
+        except JournalUnavailableError as error:
+            if retrying:
+                raise
+            # Journalled as soon as the server answers again (the claim record in the spool
+            # covers a crash meanwhile, as for any orphan).
+            self._unjournalled.append((claimed, folder))
+            log.warning("claimed %s; %s: journalled when it answers again", relative, error)
             return
         except Exception:
             # The claim record in the spool lets the next start queue it (an orphan), as after a crash.

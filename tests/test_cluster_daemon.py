@@ -223,7 +223,14 @@ def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(t
                     {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
                 ],
                 "intake": {"settle_seconds": 0.3, "min_free_mb": 0.0},
-                "journal": {"backend": "postgresql", "dsn": dsn, "lease_seconds": 3.0},
+                # An hour: the file claimed while the server is away must not wait to be found
+                # as an orphan; the daemon journals it itself once the server is back.
+                "journal": {
+                    "backend": "postgresql",
+                    "dsn": dsn,
+                    "lease_seconds": 3.0,
+                    "orphan_grace_seconds": 3600.0,
+                },
             },
             base_dir=tmp_path,
         )
@@ -236,6 +243,8 @@ def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(t
                 lambda: any("unreachable" in error["message"] for error in running.daemon.recent_errors),
                 timeout=120,
             )
+            # Claimed into the spool while the server is away: intake does not need the journal.
+            assert wait_for(lambda: not (tmp_path / "in" / "second.png").exists(), timeout=120)
             assert running.thread.is_alive()
             server.resume()
             assert wait_for((tmp_path / "out" / "second.png.json").exists, timeout=180)

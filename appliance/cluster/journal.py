@@ -148,6 +148,9 @@ class PostgresJournal:
             dsn,
             min_size=1,
             max_size=pool_size,
+            # How long a call waits for a connection: while the server is away each call fails
+            # after this (the daemon's loop says so and carries on), not after psycopg's 30 s.
+            timeout=10.0,
             open=False,
             name=f"journal-{node_name}",
             kwargs={
