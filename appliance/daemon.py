@@ -315,7 +315,6 @@ class Daemon:
                         # The safety net for events lost on network mounts or under load.
                         self._hot_folders.rescan()
                         next_rescan = now + self._config.intake.rescan_seconds
-
                     if self._lease_keeper is not None and now >= next_reconcile:
                         # Another node may have died between a claim and its journal entry
                         # (alone, the next start finds such a claim); half the grace apart.
