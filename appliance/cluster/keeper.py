@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from appliance.journal import JobJournal, JobState
+from appliance.journal import Job, JobJournal, JobState
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ class LeaseKeeper:
     Its own thread, not the daemon's loop: a loop busy filing a large result must not let its
     leases run out. A node that is stopped (SIGSTOP, a frozen VM) stops this thread too, which is
     what lets the other nodes take its jobs over. Jobs whose lease ran out are requeued by
-    whichever node notices first; `on_reclaimed` hears of those that failed for good.
+    whichever node notices first; `on_failed` hears of those that failed for good (crashed_daemon).
     """
 
     def __init__(
@@ -26,7 +26,7 @@ class LeaseKeeper:
         journal: JobJournal,
         lease_seconds: float,
         stats: Callable[[], Mapping[str, Any]],
-        on_failed: Callable[[Any], None],
+        on_failed: Callable[[Job], None],
         reading: Callable[[], Collection[str]],
     ) -> None:
         self._journal = journal
