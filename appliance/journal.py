@@ -241,20 +241,30 @@ _JOB_COLUMNS = (
 _JOB_PLACEHOLDERS = ", ".join(f":{column.strip()}" for column in _JOB_COLUMNS.split(","))
 
 
-def _path_value(path: str) -> bytes:
+def path_value(path: str) -> bytes:
     """A name or path as stored: the exact bytes (a non-UTF-8 name arrives surrogate-escaped)."""
     return os.fsencode(path)
 
 
-def _job(row: sqlite3.Row) -> Job:
+class Row(Protocol):
+    """A result row by column name: sqlite3.Row, or psycopg's dict rows."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+    def keys(self) -> Any: ...
+
+
+def job_from_row(row: Row) -> Job:
+    """A job as either backend stores it (paths as bytes; outputs as JSON text or already a dict)."""
+    columns = set(row.keys())
+    outputs = row["outputs"]
     return Job(
         id=row["id"],
         sha256=row["sha256"],
-        source_folder=os.fsdecode(row["source_folder"]),
-        relative_path=os.fsdecode(row["relative_path"]),
-        name=os.fsdecode(row["name"]),
+        source_folder=os.fsdecode(bytes(row["source_folder"])),
+        relative_path=os.fsdecode(bytes(row["relative_path"])),
+        name=os.fsdecode(bytes(row["name"])),
         size=row["size"],
-        spool_path=os.fsdecode(row["spool_path"]),
+        spool_path=os.fsdecode(bytes(row["spool_path"])),
         profile=row["profile"],
         priority=row["priority"],
         state=JobState(row["state"]),
@@ -263,14 +273,17 @@ def _job(row: sqlite3.Row) -> Job:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         not_before=row["not_before"],
-        outputs=json.loads(row["outputs"]),
+        outputs=json.loads(outputs) if isinstance(outputs, str) else dict(outputs),
         duplicate_of=row["duplicate_of"],
         failure=None if row["failure"] is None else FailureReason(row["failure"]),
+        # Only a shared journal keeps leases.
+        lease_node=row["lease_node"] if "lease_node" in columns else None,
+        lease_token=row["lease_token"] if "lease_token" in columns else None,
         media_type=row["media_type"],
     )
 
 
-def _transition(row: sqlite3.Row) -> Transition:
+def transition_from_row(row: Row) -> Transition:
     from_state = row["from_state"]
     return Transition(
         seq=row["seq"],
@@ -507,7 +520,7 @@ class Journal:
         row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJobError(job_id)
-        return _job(row)
+        return job_from_row(row)
 
     def _move(
         self,
@@ -595,11 +608,11 @@ class Journal:
                 {
                     "id": job_id,
                     "sha256": sha256,
-                    "source_folder": _path_value(source_folder),
-                    "relative_path": _path_value(relative_path),
-                    "name": _path_value(name),
+                    "source_folder": path_value(source_folder),
+                    "relative_path": path_value(relative_path),
+                    "name": path_value(name),
                     "size": size,
-                    "spool_path": _path_value(spool_path),
+                    "spool_path": path_value(spool_path),
                     "profile": profile,
                     "priority": priority,
                     "state": JobState.QUEUED.value,
@@ -620,7 +633,7 @@ class Journal:
     def get(self, job_id: str) -> Job | None:
         with self._read() as conn:
             row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def start_next(self, now: float | None = None, sources: Sequence[str] | None = None) -> Job | None:
         """Hand out the most urgent startable job as running, counting the attempt; None if none.
@@ -631,7 +644,7 @@ class Journal:
         where, args = "", tuple[bytes, ...]()
         if sources is not None:
             where = f"AND source_folder IN ({', '.join('?' * len(sources))}) " if sources else "AND 0 "
-            args = tuple(_path_value(source) for source in sources)
+            args = tuple(path_value(source) for source in sources)
         with self._write() as conn:
             row = conn.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? AND not_before <= ? {where}"
@@ -641,7 +654,7 @@ class Journal:
             ).fetchone()
             if row is None:
                 return None
-            job = _job(row)
+            job = job_from_row(row)
             # Counted here, before any worker exists; recover() gives it back when the daemon, not
             # the worker, died, and release() when the daemon interrupted the job itself.
             return self._move(conn, job, JobState.RUNNING, "started", at, attempts=job.attempts + 1)
@@ -748,9 +761,9 @@ class Journal:
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE spool_path = ? ORDER BY rowid DESC LIMIT 1",
-                (_path_value(spool_path),),
+                (path_value(spool_path),),
             ).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def recover(self, *, now: float | None = None) -> list[Job]:
         """At start-up, requeue every job a crash left running, giving back the attempt it was counted.
@@ -766,7 +779,7 @@ class Journal:
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = ? ORDER BY rowid",
                 (JobState.RUNNING.value,),
             ).fetchall()
-            return [self._recover_one(conn, _job(row), at) for row in rows]
+            return [self._recover_one(conn, job_from_row(row), at) for row in rows]
 
     def _recover_one(self, conn: sqlite3.Connection, job: Job, at: float) -> Job:
         (earlier,) = conn.execute(
@@ -785,7 +798,7 @@ class Journal:
                 "AND duplicate_of IS NULL ORDER BY updated_at DESC, rowid DESC LIMIT 1",
                 (sha256, JobState.DONE.value, JobState.REVIEW.value),
             ).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def jobs(self, state: JobState | None = None, limit: int = 100, offset: int = 0) -> list[Job]:
         """Jobs newest first, optionally in one state."""
@@ -797,7 +810,7 @@ class Journal:
                 "LIMIT ? OFFSET ?",
                 (*args, limit, offset),
             ).fetchall()
-        return [_job(row) for row in rows]
+        return [job_from_row(row) for row in rows]
 
     def counts(self) -> dict[JobState, int]:
         with self._read() as conn:
@@ -817,7 +830,7 @@ class Journal:
                 f"WHERE seq > ? {where} ORDER BY seq LIMIT ?",
                 (after_seq, *args, limit),
             ).fetchall()
-        return [_transition(row) for row in rows]
+        return [transition_from_row(row) for row in rows]
 
     def prune(self, older_than_seconds: float, now: float | None = None) -> list[Job]:
         """Delete finished jobs last changed before now - older_than_seconds, with their transitions.
@@ -834,7 +847,7 @@ class Journal:
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) AND updated_at < ? ORDER BY rowid",
                 (*finished, cutoff),
             ).fetchall()
-            pruned = [_job(row) for row in rows]
+            pruned = [job_from_row(row) for row in rows]
             # Explicit rather than relying on the cascade, which is only as safe as foreign_keys=ON.
             conn.executemany("DELETE FROM transitions WHERE job_id = ?", [(job.id,) for job in pruned])
             conn.executemany("DELETE FROM jobs WHERE id = ?", [(job.id,) for job in pruned])

@@ -51,7 +51,10 @@ from appliance.journal import (
     _check_page,
     crash_outcome,
     died_outcome,
+    job_from_row,
+    path_value,
     retry_outcome,
+    transition_from_row,
 )
 from appliance.names import display
 
@@ -74,37 +77,6 @@ _JOB_COLUMNS = (
 )
 
 Row = dict[str, Any]
-
-
-def _path_value(path: str) -> bytes:
-    """A name or path as stored: the exact bytes (a non-UTF-8 name arrives surrogate-escaped)."""
-    return os.fsencode(path)
-
-
-def _job(row: Row) -> Job:
-    return Job(
-        id=row["id"],
-        sha256=row["sha256"],
-        source_folder=os.fsdecode(bytes(row["source_folder"])),
-        relative_path=os.fsdecode(bytes(row["relative_path"])),
-        name=os.fsdecode(bytes(row["name"])),
-        size=row["size"],
-        spool_path=os.fsdecode(bytes(row["spool_path"])),
-        profile=row["profile"],
-        priority=row["priority"],
-        state=JobState(row["state"]),
-        attempts=row["attempts"],
-        reason=row["reason"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        not_before=row["not_before"],
-        outputs=dict(row["outputs"]),
-        duplicate_of=row["duplicate_of"],
-        failure=None if row["failure"] is None else FailureReason(row["failure"]),
-        lease_node=row["lease_node"],
-        lease_token=row["lease_token"],
-        media_type=row["media_type"],
-    )
 
 
 @contextmanager
@@ -212,7 +184,7 @@ class PostgresJournal:
         ).fetchone()
         if row is None:
             raise UnknownJobError(job_id)
-        return _job(row)
+        return job_from_row(row)
 
     def _check_held(self, job: Job) -> None:
         """A running job may be changed here only by the node holding its current lease."""
@@ -270,7 +242,7 @@ class PostgresJournal:
         if row is None:  # the caller locked the row in this transaction; this is a bug guard
             raise RuntimeError(f"job {job.id} changed under a row lock")
         self._record(conn, job.id, job.state, to_state, reason=reason, at=at)
-        moved = _job(row)
+        moved = job_from_row(row)
         with self._held_lock:
             if running:
                 assert moved.lease_token is not None
@@ -328,11 +300,11 @@ class PostgresJournal:
                     job_id,
                     sha256,
                     identity,
-                    _path_value(source_folder),
-                    _path_value(relative_path),
-                    _path_value(name),
+                    path_value(source_folder),
+                    path_value(relative_path),
+                    path_value(name),
                     size,
-                    _path_value(spool_path),
+                    path_value(spool_path),
                     profile,
                     priority,
                     display(reason),
@@ -348,14 +320,14 @@ class PostgresJournal:
                     (identity, sha256),
                 ).fetchone()
                 assert existing is not None  # the conflict that skipped the insert is this row
-                raise AlreadyClaimedError(_job(existing))
+                raise AlreadyClaimedError(job_from_row(existing))
             self._record(conn, job_id, None, JobState.QUEUED, reason=reason, at=at)
-            return _job(row)
+            return job_from_row(row)
 
     def get(self, job_id: str) -> Job | None:
         with self._read() as conn:
             row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def start_next(self, now: float | None = None, sources: Sequence[str] | None = None) -> Job | None:
         """Take the most urgent startable job as running, with a lease; skip jobs other nodes are taking.
@@ -366,7 +338,7 @@ class PostgresJournal:
         at = time.time() if now is None else now
         where, args = "", tuple[list[bytes], ...]()
         if sources is not None:
-            where, args = "AND source_folder = ANY(%s) ", ([_path_value(source) for source in sources],)
+            where, args = "AND source_folder = ANY(%s) ", ([path_value(source) for source in sources],)
         with self._write() as conn:
             row = conn.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'queued' AND not_before <= %s {where}"
@@ -375,7 +347,7 @@ class PostgresJournal:
             ).fetchone()
             if row is None:
                 return None
-            job = _job(row)
+            job = job_from_row(row)
             return self._move(conn, job, JobState.RUNNING, "started", at, attempts=job.attempts + 1)
 
     def finish(
@@ -495,7 +467,7 @@ class PostgresJournal:
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state = 'running' AND lease_expires < {_DB_NOW} "
                 "ORDER BY seq FOR UPDATE SKIP LOCKED"
             ).fetchall()
-            return [self._requeue_crashed(conn, _job(row), LEASE_EXPIRED_REASON, at) for row in rows]
+            return [self._requeue_crashed(conn, job_from_row(row), LEASE_EXPIRED_REASON, at) for row in rows]
 
     def recover(self, *, now: float | None = None) -> list[Job]:
         """At start-up, requeue the jobs this node was reading when it last stopped.
@@ -511,7 +483,7 @@ class PostgresJournal:
                 "ORDER BY seq FOR UPDATE",
                 (self.node_id,),
             ).fetchall()
-            return [self._requeue_crashed(conn, _job(row), RECOVER_REASON, at) for row in rows]
+            return [self._requeue_crashed(conn, job_from_row(row), RECOVER_REASON, at) for row in rows]
 
     def _requeue_crashed(self, conn: psycopg.Connection[Row], job: Job, reason: str, at: float) -> Job:
         row = conn.execute(
@@ -558,9 +530,9 @@ class PostgresJournal:
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE spool_path = %s ORDER BY seq DESC LIMIT 1",
-                (_path_value(spool_path),),
+                (path_value(spool_path),),
             ).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def find_done_by_sha256(self, sha256: str) -> Job | None:
         with self._read() as conn:
@@ -569,7 +541,7 @@ class PostgresJournal:
                 "AND duplicate_of IS NULL ORDER BY updated_at DESC, seq DESC LIMIT 1",
                 (sha256,),
             ).fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def jobs(self, state: JobState | None = None, limit: int = 100, offset: int = 0) -> list[Job]:
         _check_page(limit, offset)
@@ -580,7 +552,7 @@ class PostgresJournal:
                 "LIMIT %s OFFSET %s",
                 (*args, limit, offset),
             ).fetchall()
-        return [_job(row) for row in rows]
+        return [job_from_row(row) for row in rows]
 
     def counts(self) -> dict[JobState, int]:
         with self._read() as conn:
@@ -599,17 +571,7 @@ class PostgresJournal:
                 f"WHERE seq > %s {where} ORDER BY seq LIMIT %s",
                 (after_seq, *args, limit),
             ).fetchall()
-        return [
-            Transition(
-                seq=row["seq"],
-                job_id=row["job_id"],
-                from_state=None if row["from_state"] is None else JobState(row["from_state"]),
-                to_state=JobState(row["to_state"]),
-                reason=row["reason"],
-                at=row["at"],
-            )
-            for row in rows
-        ]
+        return [transition_from_row(row) for row in rows]
 
     def prune(self, older_than_seconds: float, now: float | None = None) -> list[Job]:
         """Delete finished jobs (done, failed) last changed before the cut-off; the audit chain stays."""
@@ -622,7 +584,7 @@ class PostgresJournal:
             ).fetchall()
             # Nodes gone as long as that are no longer shown in the cluster's status.
             conn.execute(f"DELETE FROM nodes WHERE heartbeat_at < {_DB_NOW} - %s", (older_than_seconds,))
-        return sorted((_job(row) for row in rows), key=lambda job: job.created_at)
+        return sorted((job_from_row(row) for row in rows), key=lambda job: job.created_at)
 
 
 __all__ = ["FINISHED_STATES", "LEASE_EXPIRED_REASON", "PostgresJournal"]
