@@ -3,7 +3,7 @@
 Usage: python -m bench.strip_fatbin LIBRARY OUT [--keep-arch 90]
 
 onnxruntime-gpu's CUDA provider library (284 MB) carries ELF cubins for sm_75 to sm_120 in its
-`.nv_fatbin` section; a call to the GPU machine carries at most 64 MiB. Every cubin entry of
+`.nv_fatbin` section, far more than a size-limited transfer to one GPU box takes. Every cubin entry of
 another architecture keeps its header and has its payload zeroed, so offsets and sizes stay and
 the CUDA runtime, which loads only the entry of the device's architecture, never reads the zeros;
 xz then packs the library into about 51 MB. A benchmark-transfer tool only: never for a shipped
