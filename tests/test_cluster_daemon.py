@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from appliance.api import convert
 from appliance.cli_api import _status
 from appliance.cluster import audit as chain
 from appliance.cluster.journal import PostgresJournal
-from appliance.config import parse_config
+from appliance.config import AppConfig, parse_config
 from appliance.journal import JobState
 from appliance.journals import NODE_ID_FILE
 from tests.fakes.engines import fixed_text_engine
@@ -91,6 +92,23 @@ def _all_done(journal: PostgresJournal, count: int, nodes: list[Node]) -> bool:
     for node in nodes:
         assert node.process.poll() is None, node.log.read_text(encoding="utf-8", errors="replace")
     return journal.counts()[JobState.DONE] == count
+
+
+def _in_process_config(
+    tmp_path: Path, dsn: str, *, rescan_seconds: float = 300.0, **journal: Any
+) -> AppConfig:
+    """One node's configuration, for a daemon run in the test's process (DaemonThread)."""
+    return parse_config(
+        {
+            "paths": {"state_dir": "state", "spool_dir": "spool"},
+            "hot_folders": [
+                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
+            ],
+            "intake": {"settle_seconds": 0.3, "rescan_seconds": rescan_seconds, "min_free_mb": 0.0},
+            "journal": {"backend": "postgresql", "dsn": dsn, "lease_seconds": 3.0, **journal},
+        },
+        base_dir=tmp_path,
+    )
 
 
 def _observer(dsn: str) -> PostgresJournal:
@@ -169,17 +187,7 @@ def test_status_on_any_node_shows_the_whole_cluster(
     tmp_path: Path, postgres: ThrowawayPostgres, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dsn = postgres.create_database()
-    config = parse_config(
-        {
-            "paths": {"state_dir": "state", "spool_dir": "spool"},
-            "hot_folders": [
-                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
-            ],
-            "intake": {"settle_seconds": 0.3, "min_free_mb": 0.0},
-            "journal": {"backend": "postgresql", "dsn": dsn, "node_name": "here", "lease_seconds": 3.0},
-        },
-        base_dir=tmp_path,
-    )
+    config = _in_process_config(tmp_path, dsn, node_name="here")
     with _observer(dsn) as other, DaemonThread(config, fixed_text_engine) as running:
         other.add(
             sha256="a" * 64,
@@ -216,24 +224,9 @@ class _Client:
 def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(tmp_path: Path) -> None:
     with throwaway_postgres() as server:
         dsn = server.create_database()
-        config = parse_config(
-            {
-                "paths": {"state_dir": "state", "spool_dir": "spool"},
-                "hot_folders": [
-                    {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
-                ],
-                "intake": {"settle_seconds": 0.3, "min_free_mb": 0.0},
-                # An hour: the file claimed while the server is away must not wait to be found
-                # as an orphan; the daemon journals it itself once the server is back.
-                "journal": {
-                    "backend": "postgresql",
-                    "dsn": dsn,
-                    "lease_seconds": 3.0,
-                    "orphan_grace_seconds": 3600.0,
-                },
-            },
-            base_dir=tmp_path,
-        )
+        # An hour: the file claimed while the server is away must not wait to be found as an
+        # orphan; the daemon journals it itself once the server is back.
+        config = _in_process_config(tmp_path, dsn, orphan_grace_seconds=3600.0)
         with DaemonThread(config, fixed_text_engine) as running:
             (tmp_path / "in" / "first.png").write_bytes(image_bytes("white"))
             assert wait_for((tmp_path / "out" / "first.png.json").exists, timeout=120)
@@ -266,22 +259,7 @@ def test_a_claim_a_dead_node_never_journalled_is_read_by_another_node(
         encoding="utf-8",
     )
     (orphan_dir / "lost.png").write_bytes(image_bytes("gray"))
-    config = parse_config(
-        {
-            "paths": {"state_dir": "state", "spool_dir": "spool"},
-            "hot_folders": [
-                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
-            ],
-            "intake": {"settle_seconds": 0.3, "rescan_seconds": 1.0, "min_free_mb": 0.0},
-            "journal": {
-                "backend": "postgresql",
-                "dsn": dsn,
-                "lease_seconds": 3.0,
-                "orphan_grace_seconds": 10.0,
-            },
-        },
-        base_dir=tmp_path,
-    )
+    config = _in_process_config(tmp_path, dsn, rescan_seconds=1.0, orphan_grace_seconds=10.0)
     with DaemonThread(config, fixed_text_engine) as running:
         # Young, it may be another node's claim in progress: left alone at start...
         assert running.daemon.snapshot_status().queue["queued"] == 0
