@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.test_systemd_units import REPO, _unit, exposure
+
 # systemd 252 scores the unit alone 0.5, with the local drop-in 0.5 and with the TCP one 1.3 (the
 # network namespace and the IP families it must give up). A little room for scoring changes.
 LIMITS = {"postgresql-local": 1.0, "postgresql-tcp": 1.8}
@@ -19,10 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=
 
 
 def _unit_with(tmp_path: Path, dropin: str) -> Path:
-    text = (REPO / "systemd" / "ocr-appliance.service.in").read_text(encoding="utf-8")
-    text = text.replace("@BINDIR@", str(Path(sys.executable).parent)).replace("@DOCDIR@", str(REPO))
-    unit = tmp_path / "ocr-appliance.service"
-    unit.write_text(text.replace("@UNITDIR@", str(tmp_path)), encoding="utf-8")
+    unit = _unit(tmp_path, gpu=False)  # the unit as `make install` writes it
     (tmp_path / "ocr-appliance.service.d").mkdir()
     shutil.copy(REPO / "systemd" / f"{dropin}.conf", tmp_path / "ocr-appliance.service.d" / "postgresql.conf")
     return unit
@@ -40,16 +36,8 @@ def test_dropin_verifies_and_scores_within_its_limit(tmp_path: Path, dropin: str
         ["systemd-analyze", "verify", unit.name], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert verify.returncode == 0 and verify.stdout == verify.stderr == "", verify.stdout + verify.stderr
-    security = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", unit.name],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    match = re.search(r"Overall exposure level for ocr-appliance\.service: ([0-9.]+)", security.stdout)
-    assert match, security.stdout + security.stderr
-    assert float(match.group(1)) <= LIMITS[dropin], security.stdout
+    score, report = exposure(unit)
+    assert score <= LIMITS[dropin], report
 
 
 def test_the_local_dropin_keeps_the_unit_offline_and_the_tcp_one_allows_one_address() -> None:
