@@ -24,18 +24,13 @@ from rapidfuzz import fuzz
 from appliance.config import AppConfig
 from appliance.document import Box
 from bench.ocr_bench import build_processor, load_dataset
-from bench.scoring import TextLine
+from bench.scoring import TextLine, normalize
 
 
 @dataclass(frozen=True)
 class ReadLine:
     confidence: float
     right: bool
-
-
-def _squash(text: str, fold: bool) -> str:
-    text = "".join(text.split())
-    return text.casefold() if fold else text
 
 
 def _overlaps(a: Box, b: Box) -> bool:
@@ -47,8 +42,8 @@ def _overlaps(a: Box, b: Box) -> bool:
 
 def judge(text: str, box: Box, truth: list[TextLine], fold: bool) -> bool:
     """Whether a read line appears whole in the ground truth it overlaps."""
-    mine = _squash(text, fold)
-    around = "".join(_squash(line.text, fold) for line in truth if _overlaps(box, line.box))
+    mine = normalize(text, fold)
+    around = "".join(normalize(line.text, fold) for line in truth if _overlaps(box, line.box))
     return bool(mine) and fuzz.partial_ratio(mine, around) == 100 and len(around) >= len(mine)
 
 
