@@ -59,11 +59,11 @@ def zero_other_archs(data: bytearray, keep: set[int]) -> dict[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("library", type=Path)
+    parser.add_argument("shared_object", type=Path, metavar="LIBRARY")
     parser.add_argument("out", type=Path)
     parser.add_argument("--keep-arch", type=int, action="append", help="SM architecture to keep (90)")
     args = parser.parse_args()
-    data = bytearray(args.library.read_bytes())
+    data = bytearray(args.shared_object.read_bytes())
     by_arch = zero_other_archs(data, set(args.keep_arch or [90]))
     args.out.write_bytes(data)
     print({f"sm_{arch}": size for arch, size in sorted(by_arch.items())})
