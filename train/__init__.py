@@ -1,0 +1,1 @@
+"""Training recipe for the appliance's own small OCR vision-language model (synthetic lines only)."""

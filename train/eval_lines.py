@@ -1,0 +1,167 @@
+"""Greedy-reads a folder of line crops with a trained export and prints its character error rates.
+
+    python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N]
+
+`crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
+`train.render.prepare_line`, the same contract as in training and in the appliance's caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from train.render import prepare_line
+
+MAX_NEW_TOKENS = 64
+
+
+# Mirrors bench.scoring.normalize (whitespace removed, case folded) without its appliance imports,
+# which a training box does not have.
+def normalize(text: str, case_insensitive: bool = True) -> str:
+    stripped = "".join(text.split())
+    return stripped.casefold() if case_insensitive else stripped
+
+
+def normalize_spaced(text: str, case_insensitive: bool = True) -> str:
+    """Runs of whitespace collapsed to one space (a missing space costs an edit, a double one does not)."""
+    spaced = " ".join(text.split())
+    return spaced.casefold() if case_insensitive else spaced
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (rapidfuzz when installed, else a plain dynamic programme)."""
+    try:
+        from rapidfuzz.distance import Levenshtein
+    except ImportError:
+        previous = list(range(len(b) + 1))
+        for i, ca in enumerate(a, 1):
+            current = [i]
+            for j, cb in enumerate(b, 1):
+                current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+            previous = current
+        return previous[-1]
+    return int(Levenshtein.distance(a, b))
+
+
+def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
+    """Micro-averaged CER over (truth, hypothesis) pairs: total edits / total truth characters."""
+    norm = normalize_spaced if spaced else normalize
+    edits = sum(edit_distance(norm(t), norm(h)) for t, h in pairs)
+    chars = sum(len(norm(t)) for t, _ in pairs)
+    return edits / max(chars, 1)
+
+
+def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
+    """The model (eval mode) and tokenizer of an export written by train.train_vlm."""
+    from transformers import AutoTokenizer, Qwen2VLForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    model = Qwen2VLForConditionalGeneration.from_pretrained(hf_dir).to(device).eval()
+    return model, tokenizer
+
+
+def read_lines(model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64) -> list[str]:
+    """Greedy text of each prepared line image; batched among images of the same width (no padding)."""
+    import torch
+
+    from train.data import Sample, collate
+    from train.model import PromptFormat
+
+    prompt = PromptFormat(tokenizer)
+    device = next(model.parameters()).device
+    order = sorted(range(len(images)), key=lambda i: images[i].shape[1])
+    results: dict[int, str] = {}
+    start = 0
+    while start < len(order):
+        width = images[order[start]].shape[1]
+        group = [i for i in order[start : start + batch] if images[i].shape[1] == width]
+        start += len(group)
+        inputs = collate([Sample("", images[i]) for i in group], prompt)
+        # Drop the empty answer (its <|im_end|>): the prompt ends where the answer starts.
+        length = len(
+            prompt.prompt_ids(
+                inputs["image_grid_thw"][0, 1].item() * inputs["image_grid_thw"][0, 2].item() // 4
+            )
+        )
+        feed = {k: v.to(device) for k, v in inputs.items() if k != "labels"}
+        for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
+            feed[key] = feed[key][:, :length]
+        with (
+            torch.no_grad(),
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"),
+        ):
+            out = model.generate(
+                **feed,
+                max_new_tokens=MAX_NEW_TOKENS,
+                do_sample=False,
+                eos_token_id=prompt.eos_id,
+                pad_token_id=prompt.pad_id,
+            )
+        for row, index in enumerate(group):
+            results[index] = tokenizer.decode(out[row, length:], skip_special_tokens=True)
+    return [results[i] for i in range(len(images))]
+
+
+def load_crops(folder: Path, limit: int | None = None) -> list[tuple[str, str, np.ndarray]]:
+    """(file, truth, prepared image) for each line of folder/labels.jsonl."""
+    rows = [
+        json.loads(line)
+        for line in (folder / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+        if line
+    ]
+    rows = rows[:limit] if limit else rows
+    return [
+        (r["file"], r["text"], prepare_line(np.asarray(Image.open(folder / r["file"]).convert("RGB"))))
+        for r in rows
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.eval_lines", description=__doc__.splitlines()[0])
+    parser.add_argument("--hf", type=Path, required=True, help="export folder (train_vlm's DIR/hf)")
+    parser.add_argument("--crops", type=Path, required=True, help="folder with NNNN.png and labels.jsonl")
+    parser.add_argument(
+        "--out", type=Path, help="per-line results JSON (default: CROPS/../eval_results.json)"
+    )
+    parser.add_argument("--limit", type=int, help="read only the first N lines")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--device", default=None, help="default: cuda when available")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_export(args.hf, args.device)
+    crops = load_crops(args.crops, args.limit)
+    started = time.perf_counter()
+    texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch)
+    seconds = time.perf_counter() - started
+    pairs = [(c[1], t) for c, t in zip(crops, texts, strict=True)]
+    report = {
+        "lines": len(pairs),
+        "cer_nospace_ci": round(cer(pairs), 4),
+        "cer_spaced_ci": round(cer(pairs, spaced=True), 4),
+        "exact_lines": sum(normalize_spaced(t) == normalize_spaced(h) for t, h in pairs),
+        "seconds": round(seconds, 2),
+    }
+    print(json.dumps(report))
+    out = args.out or Path("eval_results.json")
+    per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
+    out.write_text(
+        json.dumps({"summary": report, "lines": per_line}, ensure_ascii=False, indent=1) + "\n",
+        encoding="utf-8",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Renders a text line as a scanner and detector would crop it; `prepare_line` is the model's input contract.
+
+PIL draws the text, numpy/OpenCV degrade it (dot-matrix and faded thermal looks, blur, JPEG,
+noise, skew, perspective, paper) and cut a detector-like box around it. No torch: the appliance's
+test env imports this module, and the appliance's caller must apply the same `prepare_line`.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+# The model-input contract: 28 px high (two 14 px patches, one merged token row), white padding on
+# the right to a whole number of 28 px tokens, at least 224 px (8 tokens), at most 1,120 (40 tokens).
+LINE_HEIGHT = 28
+MIN_WIDTH = 224
+MAX_WIDTH = 28 * 40
+
+_FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
+
+
+def prepare_line(crop: np.ndarray) -> np.ndarray:
+    """Resize a line crop to height 28 keeping aspect, pad white on the right to k*28 >= 224 px (RGB uint8).
+
+    Lines that would come out wider than MAX_WIDTH are squeezed horizontally to MAX_WIDTH (their
+    height stays 28, so glyph height, what the model reads best, is kept).
+    """
+    if crop.ndim == 2:
+        crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
+    elif crop.shape[2] == 4:
+        crop = cv2.cvtColor(crop, cv2.COLOR_RGBA2RGB)
+    h, w = crop.shape[:2]
+    width = max(1, round(w * LINE_HEIGHT / max(h, 1)))
+    width = min(width, MAX_WIDTH)
+    shrinking = h > LINE_HEIGHT or w > width
+    resized = cv2.resize(
+        crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    )
+    padded_width = max(MIN_WIDTH, -(-width // LINE_HEIGHT) * LINE_HEIGHT)
+    out = np.full((LINE_HEIGHT, padded_width, 3), 255, dtype=np.uint8)
+    out[:, :width] = resized
+    return out
+
+
+@dataclass(frozen=True)
+class FontInfo:
+    """One font file (face index for .ttc collections) and the characters its cmap covers."""
+
+    path: Path
+    index: int
+    chars: frozenset[int]
+    cjk: bool
+
+
+def load_fonts(folder: Path) -> list[FontInfo]:
+    """Every font in `folder` (recursively) with its character coverage, read by fontTools."""
+    from fontTools.ttLib import TTCollection, TTFont
+
+    fonts = []
+    for path in sorted(p for p in folder.rglob("*") if p.suffix.lower() in _FONT_SUFFIXES):
+        faces = TTCollection(str(path)).fonts[:1] if path.suffix.lower() == ".ttc" else [TTFont(str(path))]
+        for index, face in enumerate(faces):
+            chars = frozenset(face.getBestCmap() or {})
+            fonts.append(FontInfo(path, index, chars, cjk=ord("的") in chars))
+    if not fonts:
+        raise FileNotFoundError(f"no fonts in {folder}")
+    return fonts
+
+
+@functools.lru_cache(maxsize=512)
+def _font(path: Path, index: int, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(str(path), size=size, index=index)
+
+
+class LineRenderer:
+    """Seeded renderer: `render(text)` returns an RGB uint8 crop of that line, degraded at random."""
+
+    def __init__(self, fonts: list[FontInfo], seed: int) -> None:
+        self.fonts = fonts
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+
+    def pick_font(self, text: str) -> FontInfo:
+        needed = {ord(c) for c in text if not c.isspace()}
+        usable = [f for f in self.fonts if needed <= f.chars]
+        if not usable:
+            raise ValueError(f"no font covers {text!r}")
+        # Latin lines prefer the non-CJK (receipt) fonts; the CJK font still draws some of them.
+        latin = [f for f in usable if not f.cjk]
+        if latin and self.rng.random() < 0.85:
+            return self.rng.choice(latin)
+        return self.rng.choice(usable)
+
+    def render(self, text: str) -> np.ndarray:
+        rng = self.rng
+        info = self.pick_font(text)
+        size = rng.randint(18, 44)
+        font = _font(info.path, info.index, size)
+        spacing = rng.choice([0.0, 0.0, 0.0, rng.uniform(-0.06, 0.25)]) * size
+        ink = self._ink_mask(text, font, size, spacing, neighbours=rng.random() < 0.25)
+        look = rng.random()
+        if look < 0.2:
+            ink = self._dot_matrix(ink, size)
+        if rng.random() < 0.2:
+            kernel = np.ones((2, 2), np.uint8)
+            ink = cv2.dilate(ink, kernel) if rng.random() < 0.6 else cv2.erode(ink, kernel)
+        paper = rng.uniform(170, 255)
+        ink_level = rng.uniform(0, 90)
+        if look > 0.8:  # faded thermal paper: low contrast, light streaks along the feed direction
+            ink_level = rng.uniform(70, max(75, paper - 45))
+            streaks = np.ones(ink.shape[1], np.float32)
+            for _ in range(rng.randint(0, 4)):
+                x = rng.randrange(ink.shape[1])
+                streaks[x : x + rng.randint(1, 4)] = rng.uniform(0.2, 0.8)
+            ink = ink * streaks[None, :]
+        image = paper - ink * (paper - ink_level)
+        image += self._paper_texture(image.shape)
+        image = self._geometry(image, paper)
+        image = self._crop_box(image, paper, size)
+        image = self._degrade(image)
+        rgb = np.repeat(image[:, :, None], 3, axis=2)
+        if rng.random() < 0.15:  # tinted paper or ink
+            rgb = rgb * self.np_rng.uniform(0.85, 1.0, size=3)
+        return np.clip(rgb, 0, 255).astype(np.uint8)
+
+    # --- drawing --------------------------------------------------------------------------------
+    def _ink_mask(
+        self, text: str, font: ImageFont.FreeTypeFont, size: int, spacing: float, neighbours: bool
+    ) -> np.ndarray:
+        advance = [font.getlength(c) + spacing for c in text]
+        width = int(sum(advance) + 2 * size + 8)
+        height = int(size * 3.2)
+        canvas = Image.new("L", (width, height), 0)
+        draw = ImageDraw.Draw(canvas)
+        top = int(size * 1.1)
+        x = float(size)
+        if spacing == 0.0:
+            draw.text((x, top), text, font=font, fill=255)
+        else:
+            for char, step in zip(text, advance, strict=True):
+                draw.text((x, top), char, font=font, fill=255)
+                x += step
+        if neighbours:  # parts of the lines above and below that a loose detector box takes in
+            filler = "".join(
+                self.rng.choice("ABCDEFGHKLMNPRSTUWXY0123456789 .:-") for _ in range(len(text) + 8)
+            )
+            shift = self.rng.uniform(-0.5, 0.5) * size
+            draw.text((shift, top - size * self.rng.uniform(1.05, 1.3)), filler, font=font, fill=255)
+            draw.text((shift, top + size * self.rng.uniform(1.05, 1.3)), filler, font=font, fill=255)
+        return np.asarray(canvas, dtype=np.float32) / 255.0
+
+    def _dot_matrix(self, ink: np.ndarray, size: int) -> np.ndarray:
+        # Dot-matrix/thermal heads print a grid of round dots: keep the ink only where a dot sits.
+        pitch = max(2, round(size / self.rng.uniform(7, 11)))
+        yy, xx = np.mgrid[0 : ink.shape[0], 0 : ink.shape[1]]
+        dy, dx = (yy % pitch) - pitch / 2 + 0.5, (xx % pitch) - pitch / 2 + 0.5
+        dots = (dy * dy + dx * dx <= (pitch * self.rng.uniform(0.35, 0.55)) ** 2).astype(np.float32)
+        sampled = (cv2.blur(ink, (pitch, pitch)) > 0.4).astype(np.float32) * dots
+        return cv2.GaussianBlur(sampled, (0, 0), 0.5)
+
+    def _paper_texture(self, shape: tuple[int, ...]) -> np.ndarray:
+        texture = self.np_rng.normal(0, self.rng.uniform(0, 6), size=shape).astype(np.float32)
+        low = cv2.resize(
+            self.np_rng.normal(0, self.rng.uniform(0, 10), size=(4, 8)).astype(np.float32),
+            (shape[1], shape[0]),
+            interpolation=cv2.INTER_CUBIC,
+        )
+        return texture + low
+
+    def _geometry(self, image: np.ndarray, paper: float) -> np.ndarray:
+        h, w = image.shape
+        # At most ±3°, and less on long lines, so the line's ends do not leave the detector's box.
+        limit = min(3.0, float(np.degrees(np.arctan(0.25 * h / 3.2 / max(w, 1)))))
+        angle = self.rng.uniform(-limit, limit) if self.rng.random() < 0.5 else 0.0
+        matrix = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
+        image = cv2.warpAffine(image, matrix, (w, h), borderValue=paper, flags=cv2.INTER_LINEAR)
+        if self.rng.random() < 0.3:
+            j = 0.04 * h
+            src = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
+            dst = src + self.np_rng.uniform(-j, j, size=(4, 2)).astype(np.float32)
+            image = cv2.warpPerspective(
+                image, cv2.getPerspectiveTransform(src, dst), (w, h), borderValue=paper
+            )
+        return image
+
+    def _crop_box(self, image: np.ndarray, paper: float, size: int) -> np.ndarray:
+        # A detector's box around the middle line: found from the ink of the central band, then
+        # loosened by a few px or clipped by one.
+        h, w = image.shape
+        band = image[int(size * 1.0) : int(size * 2.3)]
+        dark = band < (paper - 30)
+        cols = np.where(dark.any(axis=0))[0]
+        rows = np.where(dark.any(axis=1))[0]
+        if cols.size == 0 or rows.size == 0:
+            x0, x1, y0, y1 = size, w - size, int(size * 1.1), int(size * 2.2)
+        else:
+            x0, x1 = int(cols[0]), int(cols[-1]) + 1
+            y0, y1 = int(rows[0] + size * 1.0), int(rows[-1] + size * 1.0) + 1
+
+        def margin(scale: float) -> int:
+            return (
+                self.rng.choice([-1, 0, 0, 1, 2, 3])
+                if self.rng.random() < 0.5
+                else int(self.rng.uniform(0, scale))
+            )
+
+        x0, x1 = max(0, x0 - margin(size * 0.6)), min(w, x1 + margin(size * 0.6))
+        y0, y1 = max(0, y0 - margin(size * 0.35)), min(h, y1 + margin(size * 0.35))
+        return image[y0:y1, x0:x1]
+
+    def _degrade(self, image: np.ndarray) -> np.ndarray:
+        rng = self.rng
+        if rng.random() < 0.4:  # scanned at a lower resolution than drawn
+            scale = rng.uniform(0.4, 0.9)
+            small = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+            image = cv2.resize(small, (image.shape[1], image.shape[0]), interpolation=cv2.INTER_LINEAR)
+        if rng.random() < 0.4:
+            image = cv2.GaussianBlur(image, (0, 0), rng.uniform(0.3, 1.2))
+        if rng.random() < 0.5:
+            image = image + self.np_rng.normal(0, rng.uniform(2, 14), size=image.shape)
+        image = np.clip(image, 0, 255).astype(np.uint8)
+        if rng.random() < 0.4:
+            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, rng.randint(25, 85)])
+            if ok:
+                image = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+        return image.astype(np.float32)
+
+
+def main() -> None:
+    """Writes sample crops: `python -m train.render FONTS WORDS OUT [N]`."""
+    import json
+    import sys
+
+    from train.text_source import TextSource
+
+    fonts, words, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    n = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+    out.mkdir(parents=True, exist_ok=True)
+    source, renderer = TextSource(1, words), LineRenderer(load_fonts(fonts), 1)
+    with (out / "labels.jsonl").open("w", encoding="utf-8") as labels:
+        for i in range(n):
+            text = source.line()
+            crop = renderer.render(text)
+            Image.fromarray(crop).save(out / f"{i:04d}.png")
+            labels.write(json.dumps({"file": f"{i:04d}.png", "text": text}, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,533 @@
+"""Seeded generator of synthetic line texts of the kind printed on receipts, invoices and documents.
+
+Nothing here is copied from a dataset: every line is assembled from small built-in vocabularies, a
+word list (Debian's /usr/share/dict/words, passed by path) and random characters, so a model trained
+on it has to read glyphs rather than recall lines. No torch: the appliance's test env imports this.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# GB2312 level 1 (rows 16-55) holds the 3,755 most common Simplified Chinese characters; Python's own
+# codec lists them, so no download or dataset is needed.
+_GB2312_L1_ROWS = range(0xB0, 0xD8)
+
+
+def common_chinese(limit: int | None = None) -> list[str]:
+    """The GB2312 level-1 characters (3,755), in code order; the first `limit` if given."""
+    chars: list[str] = []
+    for row in _GB2312_L1_ROWS:
+        for cell in range(0xA1, 0xFF):
+            try:
+                chars.append(bytes([row, cell]).decode("gb2312"))
+            except UnicodeDecodeError:
+                continue  # row 55 ends early (0xD7FA-0xD7FE are unassigned)
+    return chars[:limit] if limit else chars
+
+
+_FALLBACK_WORDS = (
+    "apple",
+    "bread",
+    "butter",
+    "coffee",
+    "delivery",
+    "express",
+    "fresh",
+    "garden",
+    "golden",
+    "happy",
+    "house",
+    "kitchen",
+    "market",
+    "mineral",
+    "noodle",
+    "office",
+    "paper",
+    "quality",
+    "rice",
+    "service",
+    "station",
+    "sugar",
+    "super",
+    "tea",
+    "trading",
+    "water",
+    "world",
+)
+
+_LEGAL = (
+    "SDN BHD",
+    "SDN. BHD.",
+    "S/B",
+    "SDN.BHD",
+    "LTD",
+    "LTD.",
+    "PTE LTD",
+    "ENTERPRISE",
+    "TRADING",
+    "CO.",
+    "CORPORATION",
+    "BHD",
+    "(M) SDN BHD",
+    "INC",
+    "LLC",
+    "GMBH",
+    "& SONS",
+    "HOLDINGS",
+)
+_SHOP_WORDS = (
+    "MART",
+    "STORE",
+    "HARDWARE",
+    "BOOK",
+    "STATIONERY",
+    "RESTAURANT",
+    "CAFE",
+    "BAKERY",
+    "PHARMACY",
+    "MINI MARKET",
+    "SUPERMARKET",
+    "FOOD",
+    "TRADING",
+    "MOTOR",
+    "ELECTRICAL",
+    "GIFT",
+    "TEXTILE",
+    "KEDAI",
+    "KOPITIAM",
+    "DIY",
+    "AUTO PARTS",
+    "OPTICAL",
+    "FRUITS",
+)
+_STREET = ("JALAN", "JLN", "JALAN", "LORONG", "PERSIARAN", "LEBUH", "ROAD", "STREET", "AVENUE", "LANE")
+_AREA = ("TAMAN", "TMN", "BANDAR", "KAMPUNG", "SEKSYEN", "PUSAT", "KAWASAN PERINDUSTRIAN", "DESA")
+_TOWNS = (
+    "JOHOR BAHRU",
+    "KUALA LUMPUR",
+    "PETALING JAYA",
+    "SHAH ALAM",
+    "SKUDAI",
+    "KLANG",
+    "IPOH",
+    "PUCHONG",
+    "CHERAS",
+    "SERI KEMBANGAN",
+    "SUBANG JAYA",
+    "MELAKA",
+    "SEREMBAN",
+    "KAJANG",
+    "SINGAPORE",
+    "PENANG",
+    "KOTA KINABALU",
+    "KUCHING",
+    "SPRINGFIELD",
+    "RIVERSIDE",
+    "LONDON",
+)
+_STATES = (
+    "JOHOR",
+    "SELANGOR",
+    "SELANGOR DARUL EHSAN",
+    "JOHOR DARUL TAKZIM",
+    "W.P. KUALA LUMPUR",
+    "PERAK",
+    "PAHANG",
+    "KEDAH",
+    "SABAH",
+    "MALAYSIA",
+)
+_LABELS = (
+    "TOTAL",
+    "SUBTOTAL",
+    "SUB TOTAL",
+    "GRAND TOTAL",
+    "CASH",
+    "CHANGE",
+    "ROUNDING",
+    "DISCOUNT",
+    "TOTAL INCL. GST",
+    "TOTAL EXCL. GST",
+    "NETT TOTAL",
+    "AMOUNT",
+    "BALANCE",
+    "PAID",
+    "TENDERED",
+    "VISA",
+    "MASTER",
+    "DEBIT CARD",
+    "SERVICE CHARGE",
+    "TAX",
+    "QTY",
+    "PRICE",
+    "ITEM",
+    "DESCRIPTION",
+    "CASHIER",
+    "TABLE",
+    "PAX",
+    "MEMBER",
+    "POINTS",
+    "TOTAL QTY",
+    "TOTAL SAVINGS",
+    "DEPOSIT",
+)
+_HEADERS = (
+    "TAX INVOICE",
+    "SIMPLIFIED TAX INVOICE",
+    "CASH SALE",
+    "CASH BILL",
+    "RECEIPT",
+    "OFFICIAL RECEIPT",
+    "INVOICE",
+    "DELIVERY ORDER",
+    "QUOTATION",
+    "CREDIT NOTE",
+    "COPY",
+    "DUPLICATE",
+    "BILL",
+)
+_THANKS = (
+    "THANK YOU",
+    "THANK YOU, PLEASE COME AGAIN",
+    "THANK YOU & COME AGAIN",
+    "HAVE A NICE DAY",
+    "GOODS SOLD ARE NOT RETURNABLE",
+    "GOODS SOLD ARE NOT REFUNDABLE",
+    "PLEASE COME AGAIN",
+    "THANK YOU FOR SHOPPING WITH US",
+    "** THANK YOU **",
+    "*** PLEASE KEEP THIS RECEIPT ***",
+    "EXCHANGE WITHIN 7 DAYS WITH RECEIPT",
+    "THIS IS A COMPUTER GENERATED RECEIPT",
+)
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_UNITS = ("PCS", "PC", "KG", "G", "ML", "L", "BOX", "PKT", "BTL", "CTN", "SET", "ROLL", "UNIT", "EA")
+_CURRENCIES = ("RM", "RM ", "$", "$ ", "MYR ", "SGD ", "USD ", "EUR ", "¥", "￥")
+_ZH_LABELS = (
+    "合计",
+    "总计",
+    "金额",
+    "数量",
+    "单价",
+    "发票号码",
+    "日期",
+    "地址",
+    "电话",
+    "收款",
+    "找零",
+    "现金",
+    "备注",
+    "名称",
+    "税额",
+    "小计",
+    "开票日期",
+    "购买方",
+    "销售方",
+    "收据",
+    "谢谢惠顾",
+)
+_PUNCT = ".,:;-/()#&*%@+='\"!?[]<>_|"
+
+
+class TextSource:
+    """Seeded line texts; `line()` picks a class by weight, `line_of(kind)` forces one (tests use it)."""
+
+    def __init__(
+        self, seed: int, words: Path | Sequence[str] | None = None, chinese: Sequence[str] | None = None
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.words = _load_words(words)
+        self.zh = list(chinese) if chinese is not None else common_chinese()
+        # Weights: receipt-like structure most of the time, ~15% pure random characters to force
+        # reading, ~18% Chinese or mixed lines.
+        self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
+            "company": (7, self.company),
+            "address": (8, self.address),
+            "item": (10, self.item),
+            "price": (5, self.price_line),
+            "date": (5, self.date_line),
+            "invoice": (4, self.invoice),
+            "tax_id": (3, self.tax_id),
+            "phone": (3, self.phone),
+            "label": (8, self.label),
+            "thanks": (2, self.thanks),
+            "words": (8, self.word_line),
+            "random": (15, self.random_chars),
+            "chinese": (10, self.chinese),
+            "mixed": (8, self.mixed),
+            "header": (2, self.header),
+            "code": (2, self.code_line),
+        }
+
+    def line(self) -> str:
+        kinds = list(self.kinds)
+        weights = [self.kinds[k][0] for k in kinds]
+        return self.line_of(self.rng.choices(kinds, weights)[0])
+
+    def line_of(self, kind: str) -> str:
+        text = self.kinds[kind][1]()
+        if kind not in {"chinese", "mixed", "random"}:
+            text = self._case(text)
+        return self._spaces(text).strip() or "0"
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _case(self, text: str) -> str:
+        r = self.rng.random()
+        if r < 0.78:
+            return text.upper()
+        if r < 0.9:
+            return text.title()
+        return text if r < 0.96 else text.lower()
+
+    def _spaces(self, text: str) -> str:
+        # Receipts align columns with runs of spaces: mostly single, sometimes double, rarely more.
+        out = []
+        for ch in text:
+            if ch == " ":
+                r = self.rng.random()
+                out.append(" " if r < 0.85 else "  " if r < 0.97 else " " * self.rng.randint(3, 6))
+            else:
+                out.append(ch)
+        return "".join(out)
+
+    def _word(self) -> str:
+        return self.rng.choice(self.words)
+
+    def _digits(self, n: int) -> str:
+        return "".join(self.rng.choice(string.digits) for _ in range(n))
+
+    def _amount(self) -> str:
+        value = self.rng.choice(
+            [self.rng.uniform(0, 20), self.rng.uniform(0, 300), self.rng.uniform(0, 20000)]
+        )
+        return f"{value:,.2f}" if value >= 1000 and self.rng.random() < 0.6 else f"{value:.2f}"
+
+    def _money(self) -> str:
+        text = self._amount()
+        return self.rng.choice(_CURRENCIES) + text if self.rng.random() < 0.35 else text
+
+    # --- line classes ---------------------------------------------------------------------------
+    def company(self) -> str:
+        name = " ".join(self._word() for _ in range(self.rng.randint(1, 3)))
+        if self.rng.random() < 0.5:
+            name += " " + self.rng.choice(_SHOP_WORDS)
+        if self.rng.random() < 0.3:
+            name += f" ({self.rng.choice(_TOWNS).split()[0]})"
+        reg = f" ({self._digits(self.rng.randint(5, 7))}-{self.rng.choice('ABDHKMPTUVWX')})"
+        return name + " " + self.rng.choice(_LEGAL) + (reg if self.rng.random() < 0.25 else "")
+
+    def address(self) -> str:
+        r = self.rng.random()
+        number = self.rng.choice(
+            [
+                f"NO. {self.rng.randint(1, 199)}",
+                f"NO.{self.rng.randint(1, 99)}",
+                f"LOT {self.rng.randint(1, 9999)}",
+                f"{self.rng.randint(1, 99)}-{self.rng.randint(1, 9)}",
+                f"{self.rng.randint(1, 60)}",
+                f"G-{self.rng.randint(1, 30)}",
+            ]
+        )
+        if r < 0.35:
+            return f"{number}, {self.rng.choice(_STREET)} {self._word()} {self.rng.randint(1, 30)},"
+        if r < 0.6:
+            return (
+                f"{self.rng.choice(_AREA)} {self._word()} {self._word() if self.rng.random() < 0.4 else ''},"
+            )
+        if r < 0.85:
+            return f"{self._digits(5)} {self.rng.choice(_TOWNS)}, {self.rng.choice(_STATES)}."
+        return (
+            f"{number} {self.rng.choice(_STREET)} {self._word()}, {self._digits(5)} {self.rng.choice(_TOWNS)}"
+        )
+
+    def item(self) -> str:
+        qty = self.rng.randint(1, 24)
+        unit = self._amount()
+        total = f"{qty * float(unit.replace(',', '')):.2f}"
+        desc = " ".join(self._word() for _ in range(self.rng.randint(1, 3)))
+        r = self.rng.random()
+        if r < 0.25:
+            return f"{self._digits(13)} {desc}"
+        if r < 0.5:
+            return f"{qty} X {unit} {total}"
+        if r < 0.7:
+            tax_code = self.rng.choice(["SR", "ZR", "S", "Z", ""])
+            return f"{desc} {qty} {self.rng.choice(_UNITS)} {unit} {total} {tax_code}"
+        if r < 0.85:
+            sku = f"{self.rng.choice(string.ascii_uppercase)}{self._digits(self.rng.randint(3, 7))}"
+            return f"{sku} {desc} {total}"
+        return f"{qty} {desc} @{unit}"
+
+    def price_line(self) -> str:
+        return self.rng.choice(
+            [self._money(), f"{self._money()} {self._money()}", f"{self.rng.choice(_LABELS)} {self._money()}"]
+        )
+
+    def date_line(self) -> str:
+        d, m, y = self.rng.randint(1, 31), self.rng.randint(1, 12), self.rng.randint(1995, 2030)
+        t = f"{self.rng.randint(0, 23):02d}:{self.rng.randint(0, 59):02d}"
+        if self.rng.random() < 0.5:
+            t += f":{self.rng.randint(0, 59):02d}"
+        if self.rng.random() < 0.3:
+            t += self.rng.choice([" AM", " PM", "AM", "PM"])
+        date = self.rng.choice(
+            [
+                f"{d:02d}/{m:02d}/{y}",
+                f"{d}/{m}/{y % 100:02d}",
+                f"{d:02d}-{m:02d}-{y}",
+                f"{y}-{m:02d}-{d:02d}",
+                f"{d:02d} {_MONTHS[m - 1]} {y}",
+                f"{d:02d}.{m:02d}.{y}",
+                f"{_MONTHS[m - 1]} {d}, {y}",
+                f"{y}年{m}月{d}日",
+            ]
+        )
+        return self.rng.choice(
+            [
+                date,
+                f"{date} {t}",
+                f"DATE: {date}",
+                f"DATE : {date}  TIME : {t}",
+                t,
+                f"{date} {t} {self.rng.choice(['CASHIER', 'POS', 'TERMINAL'])}: {self._digits(3)}",
+            ]
+        )
+
+    def invoice(self) -> str:
+        label = self.rng.choice(
+            [
+                "INVOICE NO",
+                "INV NO",
+                "RECEIPT NO",
+                "RECEIPT #",
+                "BILL NO",
+                "DOC NO",
+                "REF",
+                "TRANS NO",
+                "ORDER NO",
+                "SLIP NO",
+                "CHECK",
+            ]
+        )
+        prefix = self.rng.choice(["", "INV", "CS", "R", "T", "OR", "TX", "SI-"])
+        sep = self.rng.choice([": ", " : ", ":", " "])
+        return f"{label}{sep}{prefix}{self._digits(self.rng.randint(4, 10))}"
+
+    def tax_id(self) -> str:
+        return self.rng.choice(
+            [
+                f"GST REG NO: {self._digits(12)}",
+                f"GST ID : {self._digits(12)}",
+                f"GST @{self.rng.choice([6, 0, 10, 7])}% {self._money()}",
+                f"SST ID: {self.rng.choice('ABCW')}{self._digits(2)}-{self._digits(4)}-{self._digits(8)}",
+                f"CO. REG. NO. {self._digits(6)}-{self.rng.choice('AKPTVW')}",
+                f"({self._digits(6)}-{self.rng.choice('AKPTVW')})",
+                f"TIN: {self._digits(10)}",
+            ]
+        )
+
+    def phone(self) -> str:
+        number = self.rng.choice(
+            [
+                f"0{self.rng.randint(3, 9)}-{self._digits(4)} {self._digits(4)}",
+                f"0{self.rng.randint(3, 9)}-{self._digits(7)}",
+                f"+60 1{self._digits(1)}-{self._digits(7)}",
+                f"({self._digits(3)}) {self._digits(3)}-{self._digits(4)}",
+                f"010-{self._digits(8)}",
+            ]
+        )
+        return f"{self.rng.choice(['TEL', 'TEL:', 'TEL NO:', 'PHONE:', 'FAX:', 'HP:', 'H/P'])} {number}"
+
+    def label(self) -> str:
+        sep = self.rng.choice([" :", ":", " : ", " ", "  "])
+        return f"{self.rng.choice(_LABELS)}{sep}{self._money() if self.rng.random() < 0.6 else ''}"
+
+    def thanks(self) -> str:
+        return self.rng.choice(_THANKS)
+
+    def header(self) -> str:
+        return self.rng.choice(_HEADERS)
+
+    def code_line(self) -> str:
+        return self.rng.choice(
+            [
+                self._digits(13),
+                f"*{self._digits(8)}*",
+                f"#{self._digits(6)}",
+                f"{self.rng.choice(string.ascii_uppercase)}{self._digits(4)}-{self._digits(3)}",
+            ]
+        )
+
+    def word_line(self) -> str:
+        return " ".join(self._word() for _ in range(self.rng.randint(1, 7)))
+
+    def random_chars(self) -> str:
+        pool = self.rng.choice(
+            [
+                string.ascii_uppercase + string.digits,
+                string.ascii_letters + string.digits,
+                string.ascii_uppercase + string.digits + _PUNCT,
+                string.digits + ".,-/:",
+            ]
+        )
+        parts = [
+            "".join(self.rng.choice(pool) for _ in range(self.rng.randint(1, 9)))
+            for _ in range(self.rng.randint(1, 6))
+        ]
+        return " ".join(parts)
+
+    def chinese(self) -> str:
+        n = self.rng.randint(2, 22)
+        text = "".join(self.rng.choice(self.zh) for _ in range(n))
+        if self.rng.random() < 0.3:
+            text = f"{self.rng.choice(_ZH_LABELS)}{self.rng.choice(['：', ':', ''])}{text}"
+        if self.rng.random() < 0.3:
+            text += self.rng.choice(["。", "，", "、", "；", "！", "（一）", "）"])
+        return text
+
+    def mixed(self) -> str:
+        parts = [self.rng.choice(_ZH_LABELS) + self.rng.choice(["：", ":", " "])]
+        parts.append(
+            self.rng.choice(
+                [
+                    self._money(),
+                    self._digits(self.rng.randint(3, 11)),
+                    self._word().upper(),
+                    "".join(self.rng.choice(self.zh) for _ in range(self.rng.randint(1, 6))),
+                    self.date_line(),
+                    f"{self.rng.randint(1, 99)} {self.rng.choice(_UNITS)}",
+                ]
+            )
+        )
+        if self.rng.random() < 0.5:
+            parts.append(" " + "".join(self.rng.choice(self.zh) for _ in range(self.rng.randint(1, 8))))
+        return "".join(parts)
+
+
+def _load_words(words: Path | Sequence[str] | None) -> list[str]:
+    if words is None:
+        return list(_FALLBACK_WORDS)
+    if isinstance(words, Path):
+        # Debian's list has possessives ("apple's") and accented entries; keep plain ASCII words.
+        raw = words.read_text(encoding="utf-8", errors="ignore").split()
+        kept = [w for w in raw if w.isascii() and w.isalpha() and "'" not in w and len(w) > 1]
+        return kept or list(_FALLBACK_WORDS)
+    return list(words)
+
+
+def main() -> None:
+    """Prints sample lines: `python -m train.text_source [N] [WORDS]`."""
+    import sys
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    source = TextSource(0, Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    for _ in range(n):
+        print(repr(source.line()))
+
+
+if __name__ == "__main__":
+    main()

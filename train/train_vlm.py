@@ -1,0 +1,222 @@
+"""Trains the Qwen2-VL line reader from scratch on endless synthetic lines, within a wall-clock budget.
+
+    python -m train.train_vlm --out DIR --minutes 9 [--fonts DIR --words FILE --workers 14 --batch 256]
+
+Resumes from DIR/checkpoint when present (model, optimizer, scheduler, step, RNG), stops before the
+budget (which counts start-up) and writes DIR/checkpoint plus an HF export in DIR/hf that
+`train.eval_lines` reads and llama.cpp's converter (quantize.gguf) turns into GGUF.
+"""
+
+from __future__ import annotations
+
+import time
+
+_STARTED = time.monotonic()  # the budget counts start-up: imports of torch/transformers take seconds
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+from itertools import islice  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from train.data import SyntheticLines  # noqa: E402
+from train.eval_lines import cer, read_lines  # noqa: E402
+from train.model import TINY, ModelSize, build_model, preprocessor_config  # noqa: E402
+from train.text_source import common_chinese  # noqa: E402
+from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
+
+_HELD_OUT_SEED = 424242  # never a training seed: training seeds are --seed * 1009 + worker
+
+
+def _log(out: Path, message: str) -> None:
+    line = f"[{time.monotonic() - _STARTED:7.1f}s] {message}"
+    print(line, flush=True)
+    with (out / "train.log").open("a", encoding="utf-8") as log:
+        log.write(line + "\n")
+
+
+def _schedule(total: int, warmup: int) -> Any:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress))  # cosine down to 5%
+
+    return factor
+
+
+def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
+    lines = SyntheticLines(tokenizer, args.fonts, args.words, 1, _HELD_OUT_SEED).samples(0)
+    return list(islice(lines, args.eval_lines))
+
+
+def evaluate(model: Any, tokenizer: Any, held_out: list[Any], batch: int) -> tuple[float, float, list[str]]:
+    model.eval()
+    texts = read_lines(model, tokenizer, [s.image for s in held_out], batch)
+    model.train()
+    pairs = [(s.text, t) for s, t in zip(held_out, texts, strict=True)]
+    return cer(pairs), cer(pairs, spaced=True), texts
+
+
+def export(model: Any, tokenizer_dir: Path, out: Path) -> None:
+    """HF export (fp32 weights: the model is small), tokenizer files and preprocessor_config.json."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    for item in tokenizer_dir.iterdir():
+        shutil.copy2(item, tmp / item.name)
+    force_tokenizer_config(tmp)
+    (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def save_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, step: int) -> None:
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "step": step,
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        },
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path / "state.pt.tmp")
+    (path / "state.pt.tmp").replace(path / "state.pt")  # a crash mid-save keeps the previous one
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m train.train_vlm", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--minutes", type=float, required=True, help="wall-clock budget, start-up included")
+    parser.add_argument("--fonts", type=Path, default=Path("/usr/share/fonts"))
+    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
+    parser.add_argument("--workers", type=int, default=14)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--weight-decay", type=float, default=0.05)
+    parser.add_argument("--total-steps", type=int, default=20000, help="length of the cosine schedule")
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--size", choices=["default", "tiny"], default="default")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--eval-lines", type=int, default=256)
+    parser.add_argument("--save-every", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    budget = args.minutes * 60
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = args.out / "tokenizer"
+    tokenizer = build_tokenizer(tokenizer_dir, common_chinese())
+    torch.manual_seed(args.seed)
+    model = build_model(tokenizer, TINY if args.size == "tiny" else ModelSize()).to(device)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.98),
+        fused=device.type == "cuda",
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(args.total_steps, args.warmup))
+    step = 0
+    checkpoint = args.out / "checkpoint"
+    if (checkpoint / "state.pt").exists():
+        state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step = state["step"]
+        torch.set_rng_state(state["rng"]["torch"].cpu())
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        if state["rng"]["cuda"] is not None and device.type == "cuda":
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
+        _log(args.out, f"resumed at step {step}")
+    params = sum(p.numel() for p in model.parameters())
+    _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
+    # A resumed run draws new lines: the data seed moves with the step it starts from.
+    data = SyntheticLines(tokenizer, args.fonts, args.words, args.batch, args.seed * 100003 + step)
+    loader = DataLoader(
+        data,
+        batch_size=None,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if args.workers else None,
+        persistent_workers=False,
+    )
+    held_out = _held_out(args, tokenizer)
+    model.train()
+    window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
+    step_seconds = 1.0
+    for cpu_batch in loader:
+        tick = time.monotonic()
+        batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        losses.append(loss.item())
+        window_samples += batch["input_ids"].shape[0]
+        window_steps += 1
+        step_seconds = 0.9 * step_seconds + 0.1 * (time.monotonic() - tick)
+        if step % args.log_every == 0:
+            elapsed = time.monotonic() - window_start
+            _log(
+                args.out,
+                f"step {step} loss {sum(losses) / len(losses):.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+                f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s",
+            )
+            window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
+        if step % args.eval_every == 0:
+            nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
+            _log(
+                args.out,
+                f"step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}); "
+                f"e.g. {held_out[0].text!r} -> {texts[0]!r}",
+            )
+        if step % args.save_every == 0:
+            save_checkpoint(checkpoint, model, optimizer, scheduler, step)
+        # Leave room for the final evaluation, checkpoint and export (about 30 s on a GPU box).
+        if time.monotonic() - _STARTED + max(30.0, 5 * step_seconds) > budget:
+            break
+    _log(args.out, f"stopping at step {step}")
+    save_checkpoint(checkpoint, model, optimizer, scheduler, step)
+    export(model, tokenizer_dir, args.out / "hf")
+    nospace, spaced, _ = evaluate(model, tokenizer, held_out, 128)
+    _log(
+        args.out,
+        f"final step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}); export in {args.out / 'hf'}",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
