@@ -1,0 +1,95 @@
+"""Cuts every ground-truth line of a page set into a crop folder (evaluation only); scores the ONNX reader.
+
+    python -m train.make_crops --data ../shared/data/receipts_en --out DIR [--onnx]
+
+Writes DIR/NNNN.jpg and DIR/labels.jsonl (`{"file", "text", "page"}`), the layout train.eval_lines
+reads. The crops come from evaluation data whose licence forbids copying it: write DIR outside the
+repository (or under the ignored .train-carry/) and never commit it. `--onnx` also reads the same
+crops with the appliance's second-reader recogniser (PP-OCRv6 small, CPU) and prints its CER: the
+bar a trained model has to beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+# The appliance's second reader gets the line box grown by this share of its height on each side
+# (appliance/engines/ppocr_onnx/line_reader.py, OnnxLineReader.line_margin); the crops do the same.
+LINE_MARGIN = 0.125
+
+
+def cut_line(page: np.ndarray, box: list[float], margin: float = LINE_MARGIN) -> np.ndarray:
+    """The axis-aligned line box grown by `margin` x its height on every side, clipped to the page."""
+    x0, y0, x1, y1 = box
+    grow = margin * (y1 - y0)
+    h, w = page.shape[:2]
+    left, top = max(0, int(x0 - grow)), max(0, int(y0 - grow))
+    right, bottom = min(w, round(x1 + grow)), min(h, round(y1 + grow))
+    return page[top:bottom, left:right]
+
+
+def make_crops(data: Path, out: Path) -> int:
+    """Writes the crops and labels.jsonl; returns the number of lines."""
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with (out / "labels.jsonl").open("w", encoding="utf-8") as labels:
+        for gt_path in sorted((data / "gt").glob("*.json")):
+            gt = json.loads(gt_path.read_text(encoding="utf-8"))
+            # Grey: the scans are grey receipts, and grey JPEGs keep the set small enough to carry.
+            page = cv2.imread(str(data / "images" / Path(gt["image"]).name), cv2.IMREAD_GRAYSCALE)
+            if page is None:
+                raise FileNotFoundError(f"cannot read the image of {gt_path}")
+            for line in gt["lines"]:
+                text = line["text"].strip()
+                crop = cut_line(page, line["box"])
+                if not text or crop.size == 0:
+                    continue
+                name = f"{count:04d}.jpg"
+                # JPEG at quality 92: the pages are JPEG scans already; PNG crops of one set pass 60 MB.
+                cv2.imwrite(str(out / name), crop, [cv2.IMWRITE_JPEG_QUALITY, 92])
+                record = {"file": name, "text": text, "page": gt_path.stem}
+                labels.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+    return count
+
+
+def onnx_cer(crops: Path) -> dict[str, float]:
+    """CER of the appliance's ONNX second reader (PP-OCRv6 small on CPU, one thread) on the crops."""
+    from appliance.config import OnnxReaderConfig
+    from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader
+    from train.eval_lines import cer
+
+    reader = OnnxLineReader(OnnxReaderConfig(provider="cpu", intra_op_threads=1))
+    pairs = []
+    for line in (crops / "labels.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        page = reader.read(cv2.imread(str(crops / row["file"]), cv2.IMREAD_COLOR))
+        pairs.append((row["text"], " ".join(x.text for x in page.lines)))
+    reader.close()
+    return {
+        "lines": len(pairs),
+        "cer_nospace_ci": round(cer(pairs), 4),
+        "cer_spaced_ci": round(cer(pairs, True), 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.make_crops", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="a page set with images/ and gt/*.json")
+    parser.add_argument("--out", type=Path, required=True, help="crop folder (outside the repository)")
+    parser.add_argument("--onnx", action="store_true", help="also print the ONNX reader's CER on the crops")
+    args = parser.parse_args(argv)
+    print(f"{make_crops(args.data, args.out)} lines in {args.out}")
+    if args.onnx:
+        print(json.dumps({"onnx_reader": onnx_cer(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Packs what a GPU box without network needs to train into the ignored folder .train-carry/.
+
+    python -m train.pack [--crops DIR] [--fonts-from /usr/share/fonts] [--words /usr/share/dict/words]
+
+.train-carry/ gets: wheels/ (cp312 manylinux wheels of transformers, tokenizers, safetensors and
+their dependency closure, less numpy, which a box with torch has), fonts/ (the Debian fonts the
+renderer uses), words (Debian's word list), crops/ (receipt line crops made by train.make_crops,
+evaluation only) and run.sh, which installs the wheels into /tmp/trainsite once and trains into
+/tmp/vlmrun, outside the working tree, so consecutive calls on one box resume. Keep it under 60 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CARRY = Path(".train-carry")
+# Pinned as train/requirements.txt; installed with --no-deps, so the closure is downloaded here.
+PACKAGES = ("transformers==5.24.0", "tokenizers==0.23.3", "safetensors==0.8.0")
+# Left out to stay under the size budget: numpy comes with the box's torch stack, and hf_xet only
+# speeds up Hub downloads, which an offline box never makes.
+LEAVE_OUT = ("numpy-", "torch-", "nvidia_", "hf_xet-")
+# Receipt monospace and sans fonts, plus one CJK font (Debian packages in train/README.md).
+FONTS = (
+    "DejaVuSansMono.ttf",
+    "DejaVuSansMono-Bold.ttf",
+    "DejaVuSans.ttf",
+    "DejaVuSans-Bold.ttf",
+    "DejaVuSansCondensed.ttf",
+    "LiberationMono-Regular.ttf",
+    "LiberationMono-Bold.ttf",
+    "LiberationSans-Regular.ttf",
+    "LiberationSans-Bold.ttf",
+    "LiberationSerif-Regular.ttf",
+    "FreeMono.ttf",
+    "FreeMonoBold.ttf",
+    "FreeSans.ttf",
+    "OCRB.otf",
+    "NotoSansMono-Regular.ttf",
+    "NotoSansMono-Bold.ttf",
+    "wqy-microhei.ttc",
+)
+
+RUN_SH = r"""#!/bin/bash
+# Trains on a CUDA box with torch and no network: MINUTES=9 .train-carry/run.sh [train_vlm options]
+# EVAL=1 also reads the receipt crops with the export. Results are copied to $OUT when it is set.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+SITE=${TRAIN_SITE:-/tmp/trainsite}
+RUN=${RUN_DIR:-/tmp/vlmrun}
+if [ ! -e "$SITE/.installed" ]; then
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels/*.whl
+    touch "$SITE/.installed"
+fi
+export PYTHONPATH="$SITE:$REPO"
+cd "$REPO"
+mkdir -p "$RUN"
+python3 -m train.train_vlm --out "$RUN" --minutes "${MINUTES:-9}" --fonts "$HERE/fonts" \
+    --words "$HERE/words" --workers "${WORKERS:-14}" --batch "${BATCH:-256}" "$@"
+if [ "${EVAL:-0}" = 1 ]; then
+    python3 -m train.eval_lines --hf "$RUN/hf" --crops "$HERE/crops" --out "$RUN/eval_receipts.json"
+fi
+if [ -n "${OUT:-}" ]; then
+    cp -r "$RUN/hf" "$RUN/train.log" "$OUT/"
+    cp "$RUN/eval_receipts.json" "$OUT/" 2>/dev/null || true
+fi
+"""
+
+
+def find_font(name: str, roots: list[Path]) -> Path:
+    for root in roots:
+        for path in root.rglob(name):
+            return path
+    raise FileNotFoundError(f"font {name} not found (apt-get install the packages in train/README.md)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.pack", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--crops", type=Path, help="a crop folder made by train.make_crops (copied as crops/)"
+    )
+    parser.add_argument("--fonts-from", type=Path, action="append", default=None)
+    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
+    args = parser.parse_args(argv)
+    wheels = CARRY / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "any",
+            "-d",
+            str(wheels),
+            *PACKAGES,
+        ],
+        check=True,
+    )
+    for wheel in wheels.glob("*.whl"):
+        if wheel.name.startswith(LEAVE_OUT):
+            wheel.unlink()
+    fonts = CARRY / "fonts"
+    fonts.mkdir(exist_ok=True)
+    roots = args.fonts_from or [Path("/usr/share/fonts")]
+    for name in FONTS:
+        shutil.copy2(find_font(name, roots), fonts / name)
+    shutil.copy2(args.words.resolve(), CARRY / "words")
+    if args.crops:
+        shutil.rmtree(CARRY / "crops", ignore_errors=True)
+        shutil.copytree(args.crops, CARRY / "crops")
+    (CARRY / "run.sh").write_text(RUN_SH, encoding="utf-8")
+    (CARRY / "run.sh").chmod(0o755)
+    size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
+    print(f"{CARRY}: {size / 1e6:.1f} MB")
+    return 0 if size < 60e6 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
