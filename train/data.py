@@ -73,6 +73,14 @@ def collate(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.
     }
 
 
+def worker_init(_worker_id: int) -> None:
+    """One thread per worker: fifteen workers each running cv2 and torch on every core thrash the CPU."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+
+
 class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):
     """Endless batches of synthetic lines; each worker seeds its own text source and renderer.
 

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from train.data import SyntheticLines  # noqa: E402
+from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.model import TINY, ModelSize, build_model, preprocessor_config  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
@@ -166,14 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         num_workers=args.workers,
         pin_memory=device.type == "cuda",
         prefetch_factor=4 if args.workers else None,
-        persistent_workers=False,
+        worker_init_fn=worker_init,
     )
     held_out = _held_out(args, tokenizer)
     model.train()
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
     step_seconds = 1.0
+    waited = 0.0
+    fetched = time.monotonic()
     for cpu_batch in loader:
         tick = time.monotonic()
+        waited += tick - fetched  # time the GPU sat waiting for rendered lines
         batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = model(**batch).loss
@@ -192,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             _log(
                 args.out,
                 f"step {step} loss {sum(losses) / len(losses):.4f} lr {scheduler.get_last_lr()[0]:.2e} "
-                f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s",
+                f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s "
+                f"{waited / elapsed:.0%} waiting for data",
             )
-            window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
+            window_start, window_samples, window_steps, losses, waited = time.monotonic(), 0, 0, [], 0.0
         if step % args.eval_every == 0:
             nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
             _log(
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
+        fetched = time.monotonic()
         # Leave room for the final evaluation, checkpoint and export (about 30 s on a GPU box).
         if time.monotonic() - _STARTED + max(30.0, 5 * step_seconds) > budget:
             break
