@@ -62,6 +62,7 @@ class OnnxReaderConfig(_Strict):
     # Narrower lines are padded to this width, as engine.ppocr_onnx.rec_min_width.
     rec_min_width: StrictInt = Field(default=320, ge=16, le=1024)
     fold_affine: StrictBool = True  # as engine.ppocr_onnx.fold_affine
+    space_gap: StrictFloat = Field(default=0.8, ge=0, le=5)  # as engine.ppocr_onnx.space_gap
 
 
 class PpocrOnnxConfig(_Strict):
@@ -132,6 +133,12 @@ class PpocrOnnxConfig(_Strict):
     # A line's box (reading order, word boxes, the PDF text layer) is its detected quad narrowed
     # to this share of its thickness: the quad is grown past the glyphs for the recogniser's crop.
     line_box_share: StrictFloat = Field(default=0.8, gt=0, le=1)
+    # A space the recogniser left out is put back where the crop shows a blank run of at least this
+    # many character pitches between two Latin-script glyphs (engines/ppocr_onnx/spacing.py); 0: off.
+    space_gap: StrictFloat = Field(default=0.8, ge=0, le=5)
+    # A colon printed alone between a label and its value (too small for the detector) is found by
+    # its two dots and written after the label (engines/ppocr_onnx/lone_colons.py).
+    lone_colons: StrictBool = True
 
     @model_validator(mode="before")
     @classmethod

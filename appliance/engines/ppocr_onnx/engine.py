@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import onnxruntime as ort
 
@@ -31,11 +32,13 @@ from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, 
 from appliance.engines.ppocr_onnx.graph import folded_model, restrict_output_classes
 from appliance.engines.ppocr_onnx.image_input import prepend_normalisation, takes_image
 from appliance.engines.ppocr_onnx.line_reader import strip_read as _strip
+from appliance.engines.ppocr_onnx.lone_colons import add_lone_colons
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
 from appliance.engines.ppocr_onnx.sessions import SessionInfo, create_session, prepare_cuda
 from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
+from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from appliance.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -374,7 +377,10 @@ class PpocrOnnxEngine:
         crops = [crop for crop, _ in crops_turned]
 
         started = time.perf_counter()
-        reads = [_strip(read) for read in self._recognizer.recognize(crops)]
+        reads = [
+            self._spaced(_strip(read), crop)
+            for read, crop in zip(self._recognizer.recognize(crops), crops, strict=True)
+        ]
         timings["rec"] = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
@@ -389,9 +395,10 @@ class PpocrOnnxEngine:
         if flagged:
             # Read each suspected upside-down line both ways and keep the better read: a wrong
             # orientation verdict then costs one extra recognition, never the line.
-            turned = self._recognizer.recognize([np.ascontiguousarray(crops[i][::-1, ::-1]) for i in flagged])
-            for index, raw in zip(flagged, turned, strict=True):
-                read = _strip(raw)
+            turned_crops = [np.ascontiguousarray(crops[i][::-1, ::-1]) for i in flagged]
+            turned = self._recognizer.recognize(turned_crops)
+            for index, raw, turned_crop in zip(flagged, turned, turned_crops, strict=True):
+                read = self._spaced(_strip(raw), turned_crop)
                 if read.text and read.confidence > reads[index].confidence:
                     reads[index] = read
                     flipped[index] = True
@@ -417,6 +424,9 @@ class PpocrOnnxEngine:
                     engine=self.name,
                 )
             )
+        if self._config.lone_colons and lines:
+            grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+            lines = add_lone_colons(grey, lines)
         lengths = [float(crop.shape[1]) for crop in crops]
         evidence = OrientationEvidence(
             regions=len(crops),
@@ -434,6 +444,10 @@ class PpocrOnnxEngine:
                 f"{self._config.min_line_confidence} and were left out"
             )
         return PageText(lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence)
+
+    def _spaced(self, read: LineRead, crop: np.ndarray) -> LineRead:
+        """The read with the printed spaces the recogniser left out (spacing.py)."""
+        return restore_spaces(read, crop, self._config.space_gap)
 
     def close(self) -> None:
         self._sessions.clear()

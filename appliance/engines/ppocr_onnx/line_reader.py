@@ -13,6 +13,7 @@ from appliance.engines.manifest import builtin_manifest_path, load_manifest, ver
 from appliance.engines.ppocr_onnx.graph import folded_model
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
 from appliance.engines.ppocr_onnx.sessions import create_session
+from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from appliance.engines.text_lines import make_line
 from appliance.errors import ModelError
 
@@ -59,6 +60,7 @@ class OnnxLineReader:
         session, self._session_info = create_session(
             paths["rec"], config.provider, config.intra_op_threads, 1, model=model
         )
+        self._space_gap = config.space_gap
         self._recognizer: TextRecognizer | None = TextRecognizer(
             session, dictionary(paths), 1, config.rec_min_width
         )
@@ -71,7 +73,7 @@ class OnnxLineReader:
         crop = image
         if crop.shape[0] >= _VERTICAL * crop.shape[1]:
             crop = np.ascontiguousarray(np.rot90(crop))
-        read = strip_read(self._recognizer.recognize([crop])[0])
+        read = restore_spaces(strip_read(self._recognizer.recognize([crop])[0]), crop, self._space_gap)
         elapsed = (time.perf_counter() - started) * 1000
         height, width = image.shape[:2]
         lines = (

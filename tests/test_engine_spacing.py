@@ -1,0 +1,81 @@
+"""Spaces put back from the crop's blank paper: lines rendered here, reads as a recogniser gives them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from appliance.engines.ppocr_onnx.recognition import LineRead
+from appliance.engines.ppocr_onnx.spacing import restore_spaces
+from tests.rendering import CJK_FONT, LATIN_FONT
+
+MONO_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf")
+
+
+def rendered_read(
+    printed: str, dropped: set[int], font_path: Path = MONO_FONT
+) -> tuple[LineRead, np.ndarray]:
+    """A crop of `printed` and the read of it that leaves out the characters at `dropped`.
+
+    Each character's position is its glyph's centre, as the recogniser's CTC steps place it.
+    """
+    font = ImageFont.truetype(str(font_path), 32)
+    margin = 12
+    width = int(font.getlength(printed)) + 2 * margin
+    image = Image.new("RGB", (width, 48), "white")
+    ImageDraw.Draw(image).text((margin, 6), printed, font=font, fill="black")
+    text, positions = [], []
+    for index, char in enumerate(printed):
+        if index in dropped:
+            continue
+        start = margin + font.getlength(printed[:index])
+        centre = start + font.getlength(char) / 2
+        text.append(char)
+        positions.append(centre / width)
+    read = LineRead("".join(text), [0.99] * len(text), positions)
+    return read, np.asarray(image)[:, :, ::-1].copy()
+
+
+def spaces_at(text: str) -> set[int]:
+    return {index for index, char in enumerate(text) if char == " "}
+
+
+def test_spaces_round_a_colon_in_monospaced_print_come_back() -> None:
+    printed = "TEL : 03-7731 8169"
+    read, crop = rendered_read(printed, dropped={3, 5})
+    assert read.text == "TEL:03-7731 8169"
+    assert restore_spaces(read, crop, 0.8).text == printed
+
+
+def test_a_space_between_digits_and_a_word_in_proportional_print_comes_back() -> None:
+    printed = "52200   Kuala Lumpur"
+    read, crop = rendered_read(printed, dropped={5, 6, 7}, font_path=LATIN_FONT)
+    assert restore_spaces(read, crop, 0.8).text == "52200 Kuala Lumpur"
+
+
+def test_narrow_glyphs_and_letters_of_one_word_get_no_space() -> None:
+    printed = "GANFIELD'S 1111.11 X1:1"
+    read, crop = rendered_read(printed, dropped=set())
+    assert restore_spaces(read, crop, 0.8).text == printed
+
+
+def test_cjk_neighbours_get_no_space() -> None:
+    printed = "收据   金额"
+    read, crop = rendered_read(printed, dropped=spaces_at(printed), font_path=CJK_FONT)
+    assert read.text == "收据金额"
+    assert restore_spaces(read, crop, 0.8).text == "收据金额"
+
+
+def test_a_restored_space_carries_a_position_and_confidence_between_its_neighbours() -> None:
+    read, crop = rendered_read("AB : CD", dropped={2, 4})
+    spaced = restore_spaces(read, crop, 0.8)
+    assert spaced.text == "AB : CD"
+    assert len(spaced.confidences) == len(spaced.positions) == len(spaced.text)
+    assert spaced.positions == sorted(spaced.positions)
+
+
+def test_a_zero_gap_leaves_the_read_alone() -> None:
+    read, crop = rendered_read("TEL : 03", dropped={3, 5})
+    assert restore_spaces(read, crop, 0.0) is read
