@@ -74,10 +74,7 @@ def collate(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.
 
 
 def worker_init(_worker_id: int) -> None:
-    """One thread per worker: fifteen workers each running cv2 and torch on every core thrash the CPU."""
-    import cv2
-
-    cv2.setNumThreads(1)
+    """One torch thread per worker (cv2's is set in the parent: setNumThreads in a forked child can hang)."""
     torch.set_num_threads(1)
 
 

@@ -23,6 +23,7 @@ from itertools import islice  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -121,6 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Before any cv2 call, so forked data workers inherit one thread each instead of a thread pool:
+    # fifteen workers each running OpenCV on every core thrash the CPU.
+    cv2.setNumThreads(1)
     budget = args.minutes * 60
     if args.threads:
         torch.set_num_threads(args.threads)
