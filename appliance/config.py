@@ -139,6 +139,9 @@ class PpocrOnnxConfig(_Strict):
     # A colon printed alone between a label and its value (too small for the detector) is found by
     # its two dots and written after the label (engines/ppocr_onnx/lone_colons.py).
     lone_colons: StrictBool = True
+    # A list bullet at the start of a line, which recognisers skip, is found by its shape and
+    # written as `•` (engines/ppocr_onnx/bullets.py).
+    list_bullets: StrictBool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from appliance.engines.manifest import (
     verify_models,
 )
 from appliance.engines.ppocr_onnx.best_class import append_best_class
+from appliance.engines.ppocr_onnx.bullets import restore_bullet
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import MEAN, STD, TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
@@ -378,7 +379,7 @@ class PpocrOnnxEngine:
 
         started = time.perf_counter()
         reads = [
-            self._spaced(_strip(read), crop)
+            self._mended(_strip(read), crop)
             for read, crop in zip(self._recognizer.recognize(crops), crops, strict=True)
         ]
         timings["rec"] = (time.perf_counter() - started) * 1000
@@ -398,7 +399,7 @@ class PpocrOnnxEngine:
             turned_crops = [np.ascontiguousarray(crops[i][::-1, ::-1]) for i in flagged]
             turned = self._recognizer.recognize(turned_crops)
             for index, raw, turned_crop in zip(flagged, turned, turned_crops, strict=True):
-                read = self._spaced(_strip(raw), turned_crop)
+                read = self._mended(_strip(raw), turned_crop)
                 if read.text and read.confidence > reads[index].confidence:
                     reads[index] = read
                     flipped[index] = True
@@ -445,9 +446,10 @@ class PpocrOnnxEngine:
             )
         return PageText(lines=lines, timings_ms=timings, warnings=warnings, evidence=evidence)
 
-    def _spaced(self, read: LineRead, crop: np.ndarray) -> LineRead:
-        """The read with the printed spaces the recogniser left out (spacing.py)."""
-        return restore_spaces(read, crop, self._config.space_gap)
+    def _mended(self, read: LineRead, crop: np.ndarray) -> LineRead:
+        """The read with the printed spaces (spacing.py) and the list bullet (bullets.py) it left out."""
+        spaced = restore_spaces(read, crop, self._config.space_gap)
+        return restore_bullet(spaced, crop) if self._config.list_bullets else spaced
 
     def close(self) -> None:
         self._sessions.clear()
