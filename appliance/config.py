@@ -203,6 +203,9 @@ class VlmGgufConfig(_Strict):
     max_tokens_per_page: StrictInt = Field(default=0, ge=0)  # 0: the family's default
     timeout_seconds_per_page: StrictFloat = Field(default=300.0, ge=0)
     verify_hashes: StrictBool = True  # sha256 of every file at load (a few seconds per GB)
+    # The text before the image (system turn, instruction) is the same for every page and line:
+    # its keys and values are kept in the cache and not computed again (runtime.Context.keep_head).
+    reuse_prompt_head: StrictBool = True
     draft: VlmDraftConfig = VlmDraftConfig()
     repetition: VlmRepetitionConfig = VlmRepetitionConfig()
 

@@ -156,6 +156,29 @@ def test_pages_do_not_leak_into_each_other(reference: tuple[str, list[int], str]
         engine.close()
 
 
+def test_the_prompt_head_is_computed_once_and_the_output_stays_the_same(
+    reference: tuple[str, list[int], str],
+) -> None:
+    """The text before the image is kept in the cache after the first page; later pages skip it."""
+    family, tokens, _ = reference
+    engine = _engine(family, draft={"source": "none"})
+    fresh = _engine(family, draft={"source": "none"}, reuse_prompt_head=False)
+    try:
+        first = engine.read(_page(1)).details["vlm_gguf"]
+        again = engine.read(_page(0)).details["vlm_gguf"]
+        assert engine.last_generation is not None
+        assert engine.last_generation.tokens == tokens
+        assert first["prompt_tokens_reused"] == 0
+        assert 0 < again["prompt_tokens_reused"] < again["prompt_tokens"]
+        fresh.read(_page(1))
+        assert fresh.read(_page(0)).details["vlm_gguf"]["prompt_tokens_reused"] == 0
+        assert fresh.last_generation is not None
+        assert fresh.last_generation.tokens == tokens
+    finally:
+        engine.close()
+        fresh.close()
+
+
 def test_a_page_cut_short_goes_to_review(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = _engine("qwen2vl", max_tokens_per_page=5, draft={"source": "none"})
     try:

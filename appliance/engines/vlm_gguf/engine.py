@@ -287,7 +287,9 @@ class VlmGgufEngine:
         messages = self.profile.messages(self._projector.marker)
         prompt = runtime.render_prompt(model, messages)
         prompt_started = time.perf_counter()
-        result = runtime.evaluate_prompt(self._projector, context, prompt, self._scaled(image))
+        result = runtime.evaluate_prompt(
+            self._projector, context, prompt, self._scaled(image), reuse_head=self._config.reuse_prompt_head
+        )
         prompt_ms = (time.perf_counter() - prompt_started) * 1000
         draft = self._draft_source(hint, result.text_tokens, hint_tokens)
         pieces_cache: dict[int, bytes] = {}
@@ -327,6 +329,7 @@ class VlmGgufEngine:
         details: dict[str, Any] = {
             "family": self.profile.family,
             "prompt_tokens": result.prompt_tokens,
+            "prompt_tokens_reused": result.reused_tokens,
             "image_tokens": result.image_tokens,
             "prompt_ms": round(prompt_ms, 2),
             "decode_ms": round(decode_ms, 2),

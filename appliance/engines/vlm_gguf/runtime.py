@@ -275,11 +275,28 @@ class Context:
         self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
         self.position = 0
         self._positions: list[int] = []  # start position of every appended token since the last reset
+        # The text tokens at the head of the cache (positions 0..n-1) that a later prompt may reuse.
+        self.head: list[int] = []
 
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self.memory, True)
         self.position = 0
         self._positions = []
+        self.head = []
+
+    def keep_head(self, tokens: Sequence[int]) -> bool:
+        """Keep the cache's head when it holds exactly `tokens`, dropping everything after it.
+
+        A line-by-line reader sends the same system turn and instruction before every image: its
+        keys and values are computed once and kept, so each line costs only its image and the few
+        tokens after it. Returns False (and keeps nothing) when the head differs.
+        """
+        if not tokens or self.head != list(tokens):
+            return False
+        llama_cpp.llama_memory_seq_rm(self.memory, 0, len(tokens), -1)
+        self.position = len(tokens)
+        self._positions = []
+        return True
 
     def append(self, tokens: Sequence[int], logits: bool | None = None) -> np.ndarray:
         """Feed tokens; return their logits rows (all rows by default, else only the last)."""
@@ -379,6 +396,7 @@ class PromptResult:
     prompt_tokens: int
     image_tokens: int
     text_tokens: list[int]  # the prompt's text tokens (what a text-only draft model is fed)
+    reused_tokens: int = 0  # of prompt_tokens, those kept in the cache from the previous prompt
 
 
 def render_prompt(model: TextModel, messages: list[dict[str, Any]]) -> str:
@@ -430,14 +448,17 @@ def prompt_chunks(projector: Projector, prompt: str, image_rgb: np.ndarray) -> I
 
 
 def evaluate_prompt(
-    projector: Projector, context: Context, prompt: str, image_rgb: np.ndarray
+    projector: Projector, context: Context, prompt: str, image_rgb: np.ndarray, reuse_head: bool = False
 ) -> PromptResult:
-    """Tokenize text + image into chunks (libmtmd) and feed them; the image is encoded here."""
+    """Tokenize text + image into chunks (libmtmd) and feed them; the image is encoded here.
+
+    With `reuse_head`, text before the image that the context already holds from the previous
+    prompt is not fed again (Context.keep_head); `PromptResult.reused_tokens` counts it.
+    """
     with prompt_chunks(projector, prompt, image_rgb) as chunks:
-        context.reset()
         count = mtmd_cpp.mtmd_input_chunks_size(chunks)
         logits: np.ndarray | None = None
-        prompt_tokens = image_tokens = 0
+        prompt_tokens = image_tokens = reused = 0
         text_tokens: list[int] = []
         for index in range(count):
             chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, index)
@@ -448,9 +469,20 @@ def evaluate_prompt(
                 tokens = [pointer[i] for i in range(n_tokens.value)]
                 text_tokens.extend(tokens)
                 prompt_tokens += len(tokens)
-                rows = context.append(tokens, logits=False)
+                if index == 0:
+                    if reuse_head and count > 1 and context.keep_head(tokens):
+                        reused = len(tokens)
+                        continue
+                    context.reset()
+                    rows = context.append(tokens, logits=False)
+                    # Only a head that an image follows is worth keeping for the next prompt.
+                    context.head = list(tokens) if count > 1 else []
+                else:
+                    rows = context.append(tokens, logits=False)
                 logits = rows[-1] if len(rows) else None
             else:
+                if index == 0:
+                    context.reset()
                 n_tokens_chunk = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk))
                 if context.position + n_tokens_chunk > context.n_ctx:
                     raise OutOfMemoryError(
@@ -480,5 +512,9 @@ def evaluate_prompt(
             raise ModelError("the prompt ends with the image: the family's template must add text after it")
         context.seal()
         return PromptResult(
-            logits=logits, prompt_tokens=prompt_tokens, image_tokens=image_tokens, text_tokens=text_tokens
+            logits=logits,
+            prompt_tokens=prompt_tokens,
+            image_tokens=image_tokens,
+            text_tokens=text_tokens,
+            reused_tokens=reused,
         )
