@@ -1,0 +1,73 @@
+"""The line renderer and the model-input contract `prepare_line` (height 28, white padding to k*28 >= 224)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from train.render import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
+
+# Fonts the appliance's own tests already rely on: DejaVu (Debian fonts-dejavu-core) and, where
+# installed, WenQuanYi Micro Hei for Chinese.
+_DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
+_WQY = Path("/usr/share/fonts/truetype/wqy")
+
+
+@pytest.fixture(scope="module")
+def fonts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (_DEJAVU / "DejaVuSansMono.ttf").exists():
+        pytest.skip("fonts-dejavu-core is not installed")
+    folder = tmp_path_factory.mktemp("fonts")
+    for name in ("DejaVuSansMono.ttf", "DejaVuSans.ttf"):
+        (folder / name).symlink_to(_DEJAVU / name)
+    if (_WQY / "wqy-microhei.ttc").exists():
+        (folder / "wqy-microhei.ttc").symlink_to(_WQY / "wqy-microhei.ttc")
+    return folder
+
+
+@pytest.mark.parametrize(("height", "width"), [(10, 30), (28, 100), (40, 400), (56, 1000), (13, 333)])
+def test_prepare_line_is_28_high_and_padded_white_to_a_multiple_of_28(height: int, width: int) -> None:
+    crop = np.zeros((height, width), dtype=np.uint8)  # all ink: the padding is what stays white
+    out = prepare_line(crop)
+    assert out.dtype == np.uint8
+    assert out.shape[0] == LINE_HEIGHT and out.shape[2] == 3
+    assert out.shape[1] % 28 == 0 and MIN_WIDTH <= out.shape[1] <= MAX_WIDTH
+    scaled = round(width * LINE_HEIGHT / height)
+    assert (out[:, :scaled] < 128).all()  # the line itself, at its aspect ratio
+    assert (out[:, scaled + 1 :] == 255).all()  # white padding on the right only
+    assert out.shape[1] == max(MIN_WIDTH, -(-scaled // 28) * 28)
+
+
+def test_prepare_line_squeezes_long_lines_to_the_cap() -> None:
+    crop = np.zeros((20, 2000, 3), dtype=np.uint8)
+    out = prepare_line(crop)
+    assert out.shape == (LINE_HEIGHT, MAX_WIDTH, 3)
+    assert (out < 128).all()  # squeezed to fill the cap exactly, no padding
+
+
+def test_renderer_is_deterministic_and_draws_ink(fonts: Path) -> None:
+    infos = load_fonts(fonts)
+    first = [LineRenderer(infos, 11).render(text) for text in ("TOTAL : RM12.50", "CASH  20.00")]
+    again = [LineRenderer(infos, 11).render(text) for text in ("TOTAL : RM12.50", "CASH  20.00")]
+    for a, b in zip(first, again, strict=True):
+        assert np.array_equal(a, b)
+    renderer = LineRenderer(infos, 12)
+    for seed_text in ["INVOICE NO: 12345", "0123456789", "THANK YOU"] * 10:
+        crop = renderer.render(seed_text)
+        assert crop.ndim == 3 and crop.shape[2] == 3 and crop.dtype == np.uint8
+        assert crop.shape[1] > crop.shape[0]  # a line: wider than high
+        grey = crop.mean(axis=2)
+        assert grey.min() < np.median(grey) - 20  # ink darker than the paper (faded thermal included)
+
+
+def test_chinese_lines_use_a_font_that_has_the_characters(fonts: Path) -> None:
+    infos = load_fonts(fonts)
+    if not any(info.cjk for info in infos):
+        pytest.skip("fonts-wqy-microhei is not installed")
+    renderer = LineRenderer(infos, 5)
+    for _ in range(10):
+        assert renderer.pick_font("合计：RM 12.00").cjk
+    with pytest.raises(ValueError, match="no font covers"):
+        LineRenderer([i for i in infos if not i.cjk], 5).pick_font("合计")

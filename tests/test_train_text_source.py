@@ -1,0 +1,64 @@
+"""The synthetic line source: seeded, covering every class of line, with realistic spacing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from train.text_source import TextSource, common_chinese
+
+
+def test_same_seed_gives_the_same_lines_and_another_seed_others() -> None:
+    first = _lines(TextSource(7), 200)
+    again = _lines(TextSource(7), 200)
+    other = _lines(TextSource(8), 200)
+    assert first == again
+    assert first != other
+
+
+def test_every_kind_of_line_appears_in_a_few_thousand_lines() -> None:
+    source = TextSource(3)
+    kinds = list(source.kinds)
+    for kind in kinds:
+        lines = [source.line_of(kind) for _ in range(20)]
+        assert all(line and line == line.strip() for line in lines), kind
+    lines = _lines(TextSource(4), 3000)
+    assert any(re.search(r"\d+\.\d\d", line) for line in lines)  # prices
+    assert any(re.search(r"\d{1,2}[/-]\d{1,2}[/-]\d{2,4}", line) for line in lines)  # dates
+    assert any(re.search(r"SDN|LTD|ENTERPRISE|TRADING|S/B", line) for line in lines)  # legal forms
+    assert any(re.search(r"\b\d{5}\b [A-Z]", line) for line in lines)  # postcode and town
+    assert any("JALAN" in line or "JLN" in line or "TAMAN" in line or "TMN" in line for line in lines)
+    assert any(re.search(r"\b\d{13}\b", line) for line in lines)  # EAN-13 item codes
+    assert any(line.endswith(":") or " : " in line for line in lines)  # labels with colons
+    assert any(re.fullmatch(r"[\u4e00-\u9fff，。：；、！（）一]+", line) for line in lines)  # Chinese
+    assert any(re.search(r"[\u4e00-\u9fff]", line) and re.search(r"[A-Z0-9]", line) for line in lines)
+
+
+def test_mostly_upper_case_with_single_and_some_double_spaces() -> None:
+    lines = [line for line in _lines(TextSource(5), 3000) if re.search("[A-Za-z]", line)]
+    upper = sum(line == line.upper() for line in lines)
+    assert 0.5 < upper / len(lines) < 0.98
+    gaps = [len(gap) for line in lines for gap in re.findall(" +", line)]
+    single, double = gaps.count(1), gaps.count(2)
+    assert single > 5 * double > 0
+
+
+def test_words_come_from_the_given_list(tmp_path: Path) -> None:
+    words = tmp_path / "words"
+    words.write_text("zebra\nquokka\naardvark's\nnaïve\n", encoding="utf-8")
+    source = TextSource(1, words)
+    assert source.words == ["zebra", "quokka"]  # possessives and non-ASCII entries are dropped
+    text = " ".join(source.line_of("words") for _ in range(20)).upper()
+    assert set(text.split()) <= {"ZEBRA", "QUOKKA"}
+
+
+def test_common_chinese_is_gb2312_level_one() -> None:
+    chars = common_chinese()
+    assert len(chars) == 3755
+    assert chars[0] == "啊"
+    assert "的" in chars and "我" in chars
+    assert common_chinese(10) == chars[:10]
+
+
+def _lines(source: TextSource, n: int) -> list[str]:
+    return [source.line() for _ in range(n)]
