@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
     step_seconds = 1.0
+    eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     waited = 0.0
     fetched = time.monotonic()
     for cpu_batch in loader:
@@ -204,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             window_start, window_samples, window_steps, losses, waited = time.monotonic(), 0, 0, [], 0.0
         if step % args.eval_every == 0:
+            eval_started = time.monotonic()
             nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
+            eval_seconds = time.monotonic() - eval_started
             _log(
                 args.out,
                 f"step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}); "
@@ -213,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
         fetched = time.monotonic()
-        # Leave room for the final evaluation, checkpoint and export (about 30 s on a GPU box).
-        if time.monotonic() - _STARTED + max(30.0, 5 * step_seconds) > budget:
+        # Leave room for the checkpoint and export (~15 s) and the final evaluation, as long as the
+        # last one took (an untrained model writes all 64 tokens: ~50 s for 256 lines on an H200).
+        if time.monotonic() - _STARTED + 20.0 + eval_seconds + 5 * step_seconds > budget:
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
