@@ -33,6 +33,7 @@ from train.eval_lines import cer, read_lines  # noqa: E402
 from train.model import TINY, ModelSize, build_model, preprocessor_config  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
+from train.vision_attention import group_vision_attention  # noqa: E402
 
 _HELD_OUT_SEED = 424242  # never a training seed: training seeds are --seed * 1009 + worker
 
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer(tokenizer_dir, common_chinese())
     torch.manual_seed(args.seed)
     model = build_model(tokenizer, TINY if args.size == "tiny" else ModelSize()).to(device)
+    group_vision_attention(model)  # same result, a few batched attention calls instead of one per line
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
     optimizer = torch.optim.AdamW(
