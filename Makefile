@@ -97,8 +97,8 @@ proto: setup
 		--mypy_out=. --mypy_grpc_out=. appliance/api/v1/appliance.proto
 
 lint: setup
-	$(BIN)/ruff check appliance bench tests quantize
-	$(BIN)/ruff format --check appliance bench tests quantize
+	$(BIN)/ruff check appliance bench tests quantize train
+	$(BIN)/ruff format --check appliance bench tests quantize train
 	$(BIN)/mypy
 
 # The benchmark's peer engine (faster-paddle, PP-OCRv6 tiny and small in Rust) runs beside ours.

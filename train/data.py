@@ -78,7 +78,7 @@ def worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):
+class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[misc]  # torch untyped here
     """Endless batches of synthetic lines; each worker seeds its own text source and renderer.
 
     A worker renders a pool of `pool` batches' worth of lines, sorts them by width and cuts batches

@@ -69,7 +69,10 @@ def onnx_cer(crops: Path) -> dict[str, float]:
     pairs = []
     for line in (crops / "labels.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        page = reader.read(cv2.imread(str(crops / row["file"]), cv2.IMREAD_COLOR))
+        crop = cv2.imread(str(crops / row["file"]), cv2.IMREAD_COLOR)
+        if crop is None:
+            raise SystemExit(f"cannot read {crops / row['file']}")
+        page = reader.read(crop)
         pairs.append((row["text"], " ".join(x.text for x in page.lines)))
     reader.close()
     return {

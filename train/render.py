@@ -162,7 +162,8 @@ class LineRenderer:
         dy, dx = (yy % pitch) - pitch / 2 + 0.5, (xx % pitch) - pitch / 2 + 0.5
         dots = (dy * dy + dx * dx <= (pitch * self.rng.uniform(0.35, 0.55)) ** 2).astype(np.float32)
         sampled = (cv2.blur(ink, (pitch, pitch)) > 0.4).astype(np.float32) * dots
-        return cv2.GaussianBlur(sampled, (0, 0), 0.5)
+        blurred: np.ndarray = cv2.GaussianBlur(sampled, (0, 0), 0.5)
+        return blurred
 
     def _paper_texture(self, shape: tuple[int, ...]) -> np.ndarray:
         texture = self.np_rng.normal(0, self.rng.uniform(0, 6), size=shape).astype(np.float32)
@@ -182,7 +183,7 @@ class LineRenderer:
         image = cv2.warpAffine(image, matrix, (w, h), borderValue=paper, flags=cv2.INTER_LINEAR)
         if self.rng.random() < 0.3:
             j = 0.04 * h
-            src = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
+            src = np.array([[0, 0], [w, 0], [w, h], [0, h]], dtype=np.float32)
             dst = src + self.np_rng.uniform(-j, j, size=(4, 2)).astype(np.float32)
             image = cv2.warpPerspective(
                 image, cv2.getPerspectiveTransform(src, dst), (w, h), borderValue=paper
@@ -227,8 +228,9 @@ class LineRenderer:
         image = np.clip(image, 0, 255).astype(np.uint8)
         if rng.random() < 0.4:
             ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, rng.randint(25, 85)])
-            if ok:
-                image = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE)
+            decoded = cv2.imdecode(buf, cv2.IMREAD_GRAYSCALE) if ok else None
+            if decoded is not None:
+                image = decoded
         return image.astype(np.float32)
 
 
