@@ -6,7 +6,7 @@
 their dependency closure, less numpy, which a box with torch has), fonts/ (the Debian fonts the
 renderer uses), words (Debian's word list), crops/ (receipt line crops made by train.make_crops,
 evaluation only) and run.sh, which installs the wheels into /tmp/trainsite once and trains into
-/tmp/vlmrun, outside the working tree, so consecutive calls on one box resume. Keep it under 60 MB.
+/tmp/vlmrun, outside the working tree, so consecutive runs on one box resume. The crops are most of its size.
 """
 
 from __future__ import annotations
