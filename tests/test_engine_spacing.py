@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from appliance.engines.ppocr_onnx.recognition import LineRead
+from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer
 from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from tests.rendering import CJK_FONT, LATIN_FONT
 
@@ -79,3 +79,53 @@ def test_a_restored_space_carries_a_position_and_confidence_between_its_neighbou
 def test_a_zero_gap_leaves_the_read_alone() -> None:
     read, crop = rendered_read("TEL : 03", dropped={3, 5})
     assert restore_spaces(read, crop, 0.0) is read
+
+
+def hinted(read: LineRead, index: int, probability: float) -> LineRead:
+    """The read with the recogniser's space probability before character `index` set."""
+    space_before = [0.0] * len(read.text)
+    space_before[index] = probability
+    return LineRead(read.text, read.confidences, read.positions, space_before)
+
+
+def two_words(left: str, right: str, gap: float) -> tuple[LineRead, np.ndarray]:
+    """`left` and `right` printed `gap` mean advances apart, read with no space between them."""
+    font = ImageFont.truetype(str(LATIN_FONT), 32)
+    advance = font.getlength(left + right) / len(left + right)
+    start_right = 12 + font.getlength(left) + gap * advance
+    width = int(start_right + font.getlength(right)) + 12
+    image = Image.new("RGB", (width, 48), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((12, 6), left, font=font, fill="black")
+    draw.text((start_right, 6), right, font=font, fill="black")
+    positions = [
+        (origin + font.getlength(word[:index]) + font.getlength(char) / 2) / width
+        for word, origin in ((left, 12.0), (right, start_right))
+        for index, char in enumerate(word)
+    ]
+    text = left + right
+    return LineRead(text, [0.99] * len(text), positions), np.asarray(image)[:, :, ::-1].copy()
+
+
+def test_a_narrow_space_comes_back_where_the_recogniser_half_saw_it() -> None:
+    # Half a mean advance of paper, as a space of proportional print leaves: too little alone.
+    read, crop = two_words("52200", "Kuala", gap=0.45)
+    assert restore_spaces(read, crop, 0.8).text == "52200Kuala"
+    assert restore_spaces(hinted(read, 5, 0.3), crop, 0.8).text == "52200 Kuala"
+    assert restore_spaces(hinted(read, 5, 0.02), crop, 0.8).text == "52200Kuala"
+
+
+def test_the_recognisers_hint_alone_puts_no_space_between_touching_letters() -> None:
+    read, crop = rendered_read("Kuala", dropped=set(), font_path=LATIN_FONT)
+    assert restore_spaces(hinted(read, 2, 0.9), crop, 0.8).text == "Kuala"
+
+
+def test_ctc_decoding_keeps_the_space_probability_between_characters() -> None:
+    recognizer = object.__new__(TextRecognizer)  # _decode needs only the dictionary
+    recognizer._keys = ["blank", "A", "B", " "]
+    best = np.array([1, 0, 0, 0, 2, 2, 0])
+    scores = np.full(7, 0.9)
+    space = np.array([0.0, 0.05, 0.4, 0.1, 0.0, 0.0, 0.0])
+    read = recognizer._decode(best, scores, width=70, batch_width=70, space=space)
+    assert read.text == "AB"
+    assert read.space_before == [0.0, 0.4]

@@ -29,7 +29,12 @@ def strip_read(read: LineRead) -> LineRead:
         start += 1
     while end > start and read.text[end - 1].isspace():
         end -= 1
-    return LineRead(read.text[start:end], read.confidences[start:end], read.positions[start:end])
+    space_before = read.space_before[start:end] if read.space_before is not None else None
+    if space_before:
+        space_before[0] = 0.0  # nothing stands before the first character any more
+    return LineRead(
+        read.text[start:end], read.confidences[start:end], read.positions[start:end], space_before
+    )
 
 
 class OnnxLineReader:

