@@ -13,7 +13,7 @@ gave the space class at least `_HINTED_PROBABILITY` on a step between the two ch
 (LineRead.space_before): in proportional print a space is about half a pitch, too narrow for the
 blank paper alone to tell it from the gap after a narrow glyph (on the receipts' reads this second
 rule took the whitespace-counting CER from 3.04% to 2.92%, on either half of the set alike).
-Next to a narrow glyph (`1`, `i`, `.`, ...) blank paper counts only with that agreement (2.90%).
+Next to a narrow glyph (`1`, `i`, `.`, ...) blank paper counts only with that agreement (2.89%).
 
 Only Latin-script neighbours get a space: CJK text is written without them.
 """
