@@ -37,8 +37,9 @@ _HINTED_GAP = 0.45
 _HINTED_PROBABILITY = 0.1
 # Glyphs narrow in their cell: in monospaced and tabular print the paper beside them is wide
 # without any space (`1 7-06-2018`, `D.I .Y`), so next to them blank paper counts only with the
-# recogniser's agreement. Not the colon: receipts print a label's colon with a space on each
-# side, which the recogniser reads as `TEL:03` without giving the space class any weight.
+# recogniser's agreement (and not at all where the session gives no space probability). Not the
+# colon: receipts print a label's colon with a space on each side, which the recogniser reads as
+# `TEL:03` without giving the space class any weight.
 _NARROW = frozenset("1iIl.,;'!|")
 
 
@@ -89,7 +90,7 @@ def restore_spaces(read: LineRead, crop: np.ndarray, min_gap: float) -> LineRead
             start, end = int(centres[index - 1]), int(centres[index])
             blank = _longest_blank(ink[start:end]) / pitch
             hinted = hints is not None and hints[index] >= _HINTED_PROBABILITY
-            narrow = hints is not None and (before in _NARROW or after in _NARROW)
+            narrow = before in _NARROW or after in _NARROW
             if (blank >= min_gap and not narrow) or (hinted and blank >= min(_HINTED_GAP, min_gap)):
                 chars.append(" ")
                 confidences.append(min(read.confidences[index - 1], read.confidences[index]))
