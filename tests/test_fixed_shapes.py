@@ -322,7 +322,7 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
     import onnxruntime as ort
 
     from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
-    from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, append_best_class
+    from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, SPACE_OUTPUT, append_best_class
     from appliance.engines.ppocr_onnx.recognition import dictionary
 
     paths = verify_models(load_manifest(builtin_manifest_path("ppocrv6_small")), None, roles=("rec",))
@@ -336,9 +336,10 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
         ]
     ).transpose(0, 3, 1, 2)
     (probabilities,) = plain.run(None, {plain.get_inputs()[0].name: batch})
-    scores, indices = best.run(BEST_OUTPUTS, {best.get_inputs()[0].name: batch})
+    scores, indices, last = best.run([*BEST_OUTPUTS, SPACE_OUTPUT], {best.get_inputs()[0].name: batch})
     assert np.array_equal(indices, probabilities.argmax(axis=2))
     assert np.array_equal(scores, probabilities.max(axis=2))
+    assert np.array_equal(last, probabilities[:, :, -1])
     keys = dictionary(paths)
     widths = dict.fromkeys(line_widths(320))
     crops = [page[y : y + 40, 20:420] for y in range(60, 380, 40)]
@@ -348,6 +349,9 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
         assert recognizer._best is (name == "best")
         reads[name] = recognizer.recognize(crops)
     assert [r.text for r in reads["best"]] == [r.text for r in reads["plain"]]
+    # The spacing rule's evidence comes through the best-class graph unchanged.
+    assert [r.space_before for r in reads["best"]] == [r.space_before for r in reads["plain"]]
+    assert all(r.space_before is not None for r in reads["best"])
     assert any(r.text for r in reads["plain"])
     for mine, theirs in zip(reads["best"], reads["plain"], strict=True):
         assert mine.confidences == pytest.approx(theirs.confidences)

@@ -6,7 +6,9 @@ the decoder keeps one class and its probability per step (21 ms of numpy arg-max
 2-core machine). A TopK(k=1) appended to the graph hands back those two (batch, steps) tensors
 instead, a few kB; the probabilities stay a graph output, so the class count still reads from it,
 but a run that asks only for BEST_OUTPUTS never copies them. TopK keeps the lower index of equal
-values, as numpy's arg-max does, so the reads are the same.
+values, as numpy's arg-max does, so the reads are the same. A third output, SPACE_OUTPUT, is the
+last class's probability at every step (PP-OCR heads put the space last): the spacing rule's
+evidence (spacing.py), one float a step.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from onnx import helper, numpy_helper
 BEST_SCORE = "ctc_best_score"
 BEST_INDEX = "ctc_best_index"
 BEST_OUTPUTS = [BEST_SCORE, BEST_INDEX]
+SPACE_OUTPUT = "ctc_last_class_probability"
 _K = "ctc_best_k"
+_LAST = "ctc_last_class"
 
 
 def append_best_class(model: bytes | Path) -> bytes:
-    """The serialized recogniser with its best class and that class's probability as two more outputs."""
+    """The serialized recogniser with its best class, that class's probability and the last class's."""
     proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
     graph = proto.graph
     probabilities = graph.output[0].name
@@ -44,10 +48,16 @@ def append_best_class(model: bytes | Path) -> bytes:
         else:
             node = helper.make_node("Squeeze", [source], [target], axes=[-1], name=target)
         graph.node.append(node)
+    # A scalar index on the class axis drops that axis: (batch, steps).
+    graph.initializer.append(numpy_helper.from_array(np.array(-1, dtype=np.int64), name=_LAST))
+    graph.node.append(
+        helper.make_node("Gather", [probabilities, _LAST], [SPACE_OUTPUT], axis=-1, name=SPACE_OUTPUT)
+    )
     graph.output.extend(
         [
             helper.make_tensor_value_info(BEST_SCORE, onnx.TensorProto.FLOAT, None),
             helper.make_tensor_value_info(BEST_INDEX, onnx.TensorProto.INT64, None),
+            helper.make_tensor_value_info(SPACE_OUTPUT, onnx.TensorProto.FLOAT, None),
         ]
     )
     return bytes(proto.SerializeToString())

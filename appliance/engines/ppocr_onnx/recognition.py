@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, has_best_class
+from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, SPACE_OUTPUT, has_best_class
 from appliance.engines.ppocr_onnx.shapes import choose_width, pad_rows
 from appliance.errors import ModelError
 
@@ -145,6 +145,10 @@ class TextRecognizer:
         # The space class (PP-OCR heads put it last); None for a head cut to a charset without one.
         spaces = [index for index, key in enumerate(self._keys) if key == " "]
         self._space = spaces[-1] if spaces else None
+        # With the best-class outputs, the graph also gives the last class's probability: the
+        # space's, where the space is the last class.
+        outputs = [output.name for output in session.get_outputs()]
+        self._space_output = self._best and SPACE_OUTPUT in outputs and self._space == len(self._keys) - 1
 
     @property
     def keys(self) -> list[str]:
@@ -214,10 +218,14 @@ class TextRecognizer:
         # Blank rows added to fill a fixed batch are cut off here, unread.
         rows = len(crops)
         if self._best:
-            scores, best = session.run(BEST_OUTPUTS, {self._input: tensor})
+            names = [*BEST_OUTPUTS, SPACE_OUTPUT] if self._space_output else BEST_OUTPUTS
+            scores, best, *space = session.run(names, {self._input: tensor})
+            spaces = space[0][:rows] if space else [None] * rows
             return [
-                self._decode(row_best, row_scores, width, batch_width)
-                for row_best, row_scores, width in zip(best[:rows], scores[:rows], widths, strict=True)
+                self._decode(row_best, row_scores, width, batch_width, row_space)
+                for row_best, row_scores, width, row_space in zip(
+                    best[:rows], scores[:rows], widths, spaces, strict=True
+                )
             ]
         output = session.run(None, {self._input: tensor})[0][:rows]
         reads = []
