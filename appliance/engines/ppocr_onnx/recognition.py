@@ -34,8 +34,8 @@ class LineRead:
     """Text of one line crop with per-character confidences and centre positions (0..1 of width).
 
     `space_before[i]`: the highest probability the recogniser gave the space class on the steps
-    between character i-1 and character i (0 for the first character); None where the session
-    returns only each step's best class (the CUDA graphs of best_class.py).
+    between character i-1 and character i (0 for the first character); None where the head has
+    no space class (a charset without one), or, with best_class.py's outputs, not as its last class.
     """
 
     text: str
