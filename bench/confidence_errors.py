@@ -24,7 +24,8 @@ from rapidfuzz import fuzz
 from appliance.config import AppConfig
 from appliance.document import Box
 from bench.ocr_bench import build_processor, load_dataset
-from bench.scoring import TextLine, normalize
+from bench.scoring import TextLine
+from bench.text_forms import normalize
 
 
 @dataclass(frozen=True)

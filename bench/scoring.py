@@ -42,6 +42,7 @@ from rapidfuzz.distance import Levenshtein
 
 from appliance.document import Box, Line
 from appliance.pipeline.layout import group_rows
+from bench.text_forms import normalize, normalize_spaced
 
 
 @dataclass(frozen=True)
@@ -50,18 +51,6 @@ class TextLine:
 
     text: str
     box: Box
-
-
-def normalize(text: str, case_insensitive: bool) -> str:
-    """Remove all whitespace; case-fold when the dataset is scored case-insensitively."""
-    stripped = "".join(text.split())
-    return stripped.casefold() if case_insensitive else stripped
-
-
-def normalize_spaced(text: str, case_insensitive: bool) -> str:
-    """Runs of whitespace collapsed to one space, ends trimmed; case-folded when the set says so."""
-    spaced = " ".join(text.split())
-    return spaced.casefold() if case_insensitive else spaced
 
 
 def geo_order(lines: Sequence[TextLine]) -> list[TextLine]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scoring import TextLine, bag_distance, geo_order, micro_average, normalize, score_page
+from bench.scoring import TextLine, bag_distance, geo_order, micro_average, score_page
+from bench.text_forms import normalize
 
 
 def test_normalize_removes_whitespace_and_folds_case_on_request() -> None:

@@ -62,3 +62,11 @@ def test_common_chinese_is_gb2312_level_one() -> None:
 
 def _lines(source: TextSource, n: int) -> list[str]:
     return [source.line() for _ in range(n)]
+
+
+def test_the_carried_wheels_are_the_pins_of_the_training_requirements() -> None:
+    from train.pack import CARRIED, carried_pins
+
+    pins = carried_pins()
+    assert sorted(pin.split("==")[0] for pin in pins) == sorted(CARRIED)
+    assert all(pin.split("==")[1] for pin in pins)

@@ -16,47 +16,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
-from PIL import Image
+from rapidfuzz.distance import Levenshtein
 
+from bench.text_forms import normalize, normalize_spaced
+from train.make_crops import read_crops
 from train.render import prepare_line
 
 MAX_NEW_TOKENS = 64
 
 
-# Mirrors bench.scoring.normalize (whitespace removed, case folded) without its appliance imports,
-# which a training box does not have.
-def normalize(text: str, case_insensitive: bool = True) -> str:
-    stripped = "".join(text.split())
-    return stripped.casefold() if case_insensitive else stripped
-
-
-def normalize_spaced(text: str, case_insensitive: bool = True) -> str:
-    """Runs of whitespace collapsed to one space (a missing space costs an edit, a double one does not)."""
-    spaced = " ".join(text.split())
-    return spaced.casefold() if case_insensitive else spaced
-
-
-def edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance (rapidfuzz when installed, else a plain dynamic programme)."""
-    try:
-        from rapidfuzz.distance import Levenshtein
-    except ImportError:
-        previous = list(range(len(b) + 1))
-        for i, ca in enumerate(a, 1):
-            current = [i]
-            for j, cb in enumerate(b, 1):
-                current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-            previous = current
-        return previous[-1]
-    return int(Levenshtein.distance(a, b))
-
-
 def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
-    """Micro-averaged CER over (truth, hypothesis) pairs: total edits / total truth characters."""
+    """Micro-averaged, case-insensitive CER over (truth, hypothesis) pairs: edits / truth characters."""
     norm = normalize_spaced if spaced else normalize
-    edits = sum(edit_distance(norm(t), norm(h)) for t, h in pairs)
-    chars = sum(len(norm(t)) for t, _ in pairs)
+    edits = sum(Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in pairs)
+    chars = sum(len(norm(t, True)) for t, _ in pairs)
     return edits / max(chars, 1)
 
 
@@ -112,23 +87,17 @@ def read_lines(model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: 
 
 
 def load_crops(folder: Path, limit: int | None = None) -> list[tuple[str, str, np.ndarray]]:
-    """(file, truth, prepared image) for each line of folder/labels.jsonl."""
-    rows = [
-        json.loads(line)
-        for line in (folder / "labels.jsonl").read_text(encoding="utf-8").splitlines()
-        if line
-    ]
-    rows = rows[:limit] if limit else rows
+    """(file, truth, prepared RGB image) for each line of folder/labels.jsonl (train.make_crops)."""
     return [
-        (r["file"], r["text"], prepare_line(np.asarray(Image.open(folder / r["file"]).convert("RGB"))))
-        for r in rows
+        (name, text, prepare_line(cv2.cvtColor(crop, cv2.COLOR_BGR2RGB)))
+        for name, crop, text in read_crops(folder, limit)
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.eval_lines", description=__doc__.splitlines()[0])
     parser.add_argument("--hf", type=Path, required=True, help="export folder (train_vlm's DIR/hf)")
-    parser.add_argument("--crops", type=Path, required=True, help="folder with NNNN.png and labels.jsonl")
+    parser.add_argument("--crops", type=Path, required=True, help="train.make_crops output")
     parser.add_argument(
         "--out", type=Path, help="per-line results JSON (default: CROPS/../eval_results.json)"
     )
@@ -150,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "lines": len(pairs),
         "cer_nospace_ci": round(cer(pairs), 4),
         "cer_spaced_ci": round(cer(pairs, spaced=True), 4),
-        "exact_lines": sum(normalize_spaced(t) == normalize_spaced(h) for t, h in pairs),
+        "exact_lines": sum(normalize_spaced(t, True) == normalize_spaced(h, True) for t, h in pairs),
         "seconds": round(seconds, 2),
     }
     print(json.dumps(report))

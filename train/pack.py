@@ -18,8 +18,18 @@ import sys
 from pathlib import Path
 
 CARRY = Path(".train-carry")
-# Pinned as train/requirements.txt; installed with --no-deps, so the closure is downloaded here.
-PACKAGES = ("transformers==5.24.0", "tokenizers==0.23.3", "safetensors==0.8.0")
+# What a box with torch lacks, at the pins of train/requirements.txt; installed there with
+# --no-deps, so the closure is downloaded here.
+CARRIED = ("transformers", "tokenizers", "safetensors", "rapidfuzz")
+REQUIREMENTS = Path(__file__).with_name("requirements.txt")
+
+
+def carried_pins() -> list[str]:
+    """The requirement lines of the CARRIED packages, as train/requirements.txt pins them."""
+    lines = REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.split("==")[0].strip() in CARRIED]
+
+
 # Left out to stay under the size budget: numpy comes with the box's torch stack, and hf_xet only
 # speeds up Hub downloads, which an offline box never makes.
 LEAVE_OUT = ("numpy-", "torch-", "nvidia_", "hf_xet-")
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "any",
             "-d",
             str(wheels),
-            *PACKAGES,
+            *carried_pins(),
         ],
         check=True,
     )
