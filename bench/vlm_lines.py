@@ -5,7 +5,7 @@ Usage::
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
-holds `NNNN.png` line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
+holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
 ground truth; evaluation only). Each crop is given to the model as the recipe trained it
 (`train.render.prepare_line`: height 28, white to a multiple of 28 px). The appliance's ONNX
 recogniser reads every crop first; its text is the cascade's draft. Four variants take turns crop
@@ -31,14 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-from rapidfuzz.distance import Levenshtein
-
 from appliance.config import OnnxReaderConfig, VlmGgufConfig
 from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
-from bench.scoring import normalize, normalize_spaced
+from train.eval_lines import cer as line_cer
+from train.make_crops import read_crops
 from train.render import prepare_line
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -64,25 +61,6 @@ class VariantRun:
     texts: list[str] = field(default_factory=list)
 
 
-def load_crops(folder: Path, limit: int | None) -> list[tuple[np.ndarray, str]]:
-    crops = []
-    for row in (folder / "labels.jsonl").read_text(encoding="utf-8").splitlines():
-        item = json.loads(row)
-        image = cv2.imread(str(folder / item["file"]), cv2.IMREAD_COLOR)
-        if image is None:
-            raise SystemExit(f"cannot read {folder / item['file']}")
-        crops.append((image, item["text"]))
-    return crops[:limit] if limit else crops
-
-
-def cer(truths: list[str], texts: list[str], spaced: bool) -> float:
-    norm = normalize_spaced if spaced else normalize
-    edits = sum(
-        Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in zip(truths, texts, strict=True)
-    )
-    return edits / max(sum(len(norm(t, True)) for t in truths), 1)
-
-
 def engine_for(model_dir: Path, threads: int, settings: dict[str, Any]) -> VlmGgufEngine:
     config = VlmGgufConfig.model_validate(
         {"model_dir": model_dir, "device": "auto", "threads": threads, "image_max_side": 0, **settings}
@@ -99,7 +77,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args()
 
-    crops = load_crops(args.crops, args.limit)
+    crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.limit)]
     reader = OnnxLineReader(OnnxReaderConfig(provider="cpu"))
     started = time.perf_counter()
     hints = [" ".join(line.text for line in reader.read(image).lines) for image, _ in crops]
@@ -110,7 +88,7 @@ def main() -> None:
     }
     runs = {name: VariantRun() for name in VARIANTS}
     for (image, _), hint in zip(crops, hints, strict=True):
-        line = cv2.cvtColor(prepare_line(image), cv2.COLOR_RGB2BGR)  # the engine takes BGR, as pages
+        line = prepare_line(image)  # resized and padded with white: the crop's BGR order stays
         for name, engine in engines.items():
             page = engine.read(line, hint=hint)
             details = page.details["vlm_gguf"]
@@ -130,9 +108,13 @@ def main() -> None:
         engine.close()
 
     truths = [text for _, text in crops]
+
+    def cer(texts: list[str], spaced: bool) -> float:
+        return line_cer(list(zip(truths, texts, strict=True)), spaced)
+
     report: dict[str, Any] = {
         "lines": len(crops),
-        "onnx": {"cer": cer(truths, hints, False), "cer_spaced": cer(truths, hints, True), "seconds": onnx_s},
+        "onnx": {"cer": cer(hints, False), "cer_spaced": cer(hints, True), "seconds": onnx_s},
     }
     print(
         f"{len(crops)} lines; ONNX reader (the drafts): CER {report['onnx']['cer']:.2%} / "
@@ -149,8 +131,8 @@ def main() -> None:
             "reused_tokens_per_line": run.reused_tokens / lines,
             "tokens_per_pass": run.generated / max(run.passes, 1),
             "accepted_share": run.accepted / run.drafted if run.drafted else None,
-            "cer": cer(truths, run.texts, False),
-            "cer_spaced": cer(truths, run.texts, True),
+            "cer": cer(run.texts, False),
+            "cer_spaced": cer(run.texts, True),
             "same_as_plain": same,
         }
         report[name] = figures

@@ -59,6 +59,22 @@ def make_crops(data: Path, out: Path) -> int:
     return count
 
 
+def read_crops(folder: Path, limit: int | None = None) -> list[tuple[str, np.ndarray, str]]:
+    """(file, crop as BGR, truth) for each line of folder/labels.jsonl, in order; the first `limit`."""
+    rows = [
+        json.loads(line)
+        for line in (folder / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+        if line
+    ]
+    crops = []
+    for row in rows[:limit] if limit else rows:
+        crop = cv2.imread(str(folder / row["file"]), cv2.IMREAD_COLOR)
+        if crop is None:
+            raise SystemExit(f"cannot read {folder / row['file']}")
+        crops.append((row["file"], crop, row["text"]))
+    return crops
+
+
 def onnx_cer(crops: Path) -> dict[str, float]:
     """CER of the appliance's ONNX second reader (PP-OCRv6 small on CPU, one thread) on the crops."""
     from appliance.config import OnnxReaderConfig
@@ -66,14 +82,7 @@ def onnx_cer(crops: Path) -> dict[str, float]:
     from train.eval_lines import cer
 
     reader = OnnxLineReader(OnnxReaderConfig(provider="cpu", intra_op_threads=1))
-    pairs = []
-    for line in (crops / "labels.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        crop = cv2.imread(str(crops / row["file"]), cv2.IMREAD_COLOR)
-        if crop is None:
-            raise SystemExit(f"cannot read {crops / row['file']}")
-        page = reader.read(crop)
-        pairs.append((row["text"], " ".join(x.text for x in page.lines)))
+    pairs = [(text, " ".join(x.text for x in reader.read(crop).lines)) for _, crop, text in read_crops(crops)]
     reader.close()
     return {
         "lines": len(pairs),
