@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# Copied from tests/fixtures/vlm/build.py (importing it pulls quantize.gguf, absent on a training box):
+# Also the tiny Qwen2-VL test fixture's (tests/fixtures/vlm/build.py imports them from here):
 # Qwen2-VL's special tokens and chat template, which the appliance's qwen2vl profile renders.
 SPECIAL_TOKENS = (
     "<|endoftext|>",
