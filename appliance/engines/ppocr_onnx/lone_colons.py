@@ -17,6 +17,7 @@ from dataclasses import replace
 import cv2
 import numpy as np
 
+from appliance.engines.ppocr_onnx.spacing import CJK_START
 from appliance.lines import Box, Line, Word
 
 # How far right of a line a lone colon may stand, in line heights, when no text comes first.
@@ -29,7 +30,6 @@ _DOT_GAP = (0.2, 0.7)
 # The strip searched reaches this share of the height above and below the line's box, so dots that
 # poke out of a tight box are whole; marks cut by the strip's edge belong to the rows around it.
 _MARGIN = 0.25
-_CJK_START = 0x2E80
 _MIN_HEIGHT = 8  # px: smaller lines have dots of a pixel or two, indistinguishable from specks
 
 
@@ -102,7 +102,7 @@ def find_lone_colon(grey: np.ndarray, box: Box, boxes: list[Box]) -> Box | None:
 def ends_in_a_word(text: str) -> bool:
     """Whether a label could end here: a Latin-script letter, a closing bracket or a dot, no colon yet."""
     stripped = text.rstrip()
-    if not stripped or ord(stripped[-1]) >= _CJK_START:
+    if not stripped or ord(stripped[-1]) >= CJK_START:
         return False  # CJK text writes its full-width colon right after the word
     return stripped[-1].isalpha() or stripped[-1] in ")."
 

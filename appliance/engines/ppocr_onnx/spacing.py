@@ -26,7 +26,7 @@ import numpy as np
 from appliance.engines.ppocr_onnx.recognition import LineRead
 
 # Where CJK scripts start (CJK radicals): no space is put between characters from here up.
-_CJK_START = 0x2E80
+CJK_START = 0x2E80
 # The band of rows searched for ink: a crop's top and bottom fifths can hold the descenders and
 # ascenders of the neighbouring lines, whose ink would hide a gap between this line's glyphs.
 _BAND = (0.2, 0.8)
@@ -44,7 +44,7 @@ _NARROW = frozenset("1iIl.,;'!|")
 
 
 def _spaceable(char: str) -> bool:
-    return not char.isspace() and ord(char) < _CJK_START
+    return not char.isspace() and ord(char) < CJK_START
 
 
 def ink_columns(crop: np.ndarray) -> np.ndarray:
