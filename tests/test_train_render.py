@@ -71,3 +71,24 @@ def test_chinese_lines_use_a_font_that_has_the_characters(fonts: Path) -> None:
         assert renderer.pick_font("合计：RM 12.00").cjk
     with pytest.raises(ValueError, match="no font covers"):
         LineRenderer([i for i in infos if not i.cjk], 5).pick_font("合计")
+
+
+class _AlwaysClip:
+    """A stand-in random source whose every margin clips one pixel off the box."""
+
+    def random(self) -> float:
+        return 0.0
+
+    def choice(self, options: list[int]) -> int:
+        return -1
+
+
+def test_a_one_pixel_mark_clipped_on_both_sides_still_leaves_a_crop(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    renderer.rng = _AlwaysClip()  # type: ignore[assignment]
+    size, paper = 20, 250.0
+    image = np.full((size * 4, 100), paper, np.float32)
+    image[size + 4 : size * 2, 50] = 0.0  # a '|' one pixel wide in the middle band
+    crop = renderer._crop_box(image, paper, size)
+    assert crop.shape[0] >= 2 and crop.shape[1] >= 2
+    assert (crop < paper - 30).any()  # the mark is inside the crop

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, IMAGE_MEAN, IMAGE_STD, MERGE, PATCH, TEMPORAL, PromptFormat
 from train.render import LineRenderer, load_fonts, prepare_line
+from train.step import text_positions
 from train.text_source import TextSource
 
 _MEAN = np.array(IMAGE_MEAN, np.float32)[:, None, None]
@@ -73,6 +75,35 @@ def collate(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.
     }
 
 
+def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.Tensor]:
+    """One training batch for `train.step.line_loss`: lines padded with white to one width, as uint8.
+
+    Padding on the right with white is what `prepare_line` already does to reach a multiple of
+    28 px, so a wider line is still a line the appliance could send. uint8 images are a sixteenth
+    of float patches to pass between processes; the patches are cut on the GPU.
+    """
+    width = max(s.image.shape[1] for s in samples)
+    images = np.full((len(samples), samples[0].image.shape[0], width, 3), 255, np.uint8)
+    ids, labels = [], []
+    for row, sample in enumerate(samples):
+        images[row, :, : sample.image.shape[1]] = sample.image
+        sample_ids, sample_labels = prompt.example(width // (PATCH * MERGE), sample.text)
+        ids.append(sample_ids)
+        labels.append(sample_labels)
+    length = max(len(x) for x in ids)
+    input_ids = np.full((len(ids), length), prompt.pad_id, np.int64)
+    label_ids = np.full((len(ids), length), IGNORE, np.int64)
+    for row, (x, y) in enumerate(zip(ids, labels, strict=True)):
+        input_ids[row, : len(x)] = x
+        label_ids[row, : len(y)] = y
+    return {
+        "images": torch.from_numpy(images),
+        "input_ids": torch.from_numpy(input_ids),
+        "labels": torch.from_numpy(label_ids),
+        "position_ids": torch.from_numpy(text_positions(input_ids, prompt.image_id)),
+    }
+
+
 def worker_init(_worker_id: int) -> None:
     """One torch thread per worker (cv2's is set in the parent: setNumThreads in a forked child can hang)."""
     torch.set_num_threads(1)
@@ -97,7 +128,11 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         renderer = LineRenderer(load_fonts(self.fonts), self.seed * 1009 + worker)
         while True:
             text = source.line()
-            yield Sample(text, prepare_line(renderer.render(text)))
+            try:
+                image = renderer.render(text)
+            except cv2.error:  # a degradation that leaves no pixels: draw another line
+                continue
+            yield Sample(text, prepare_line(image))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
@@ -112,4 +147,4 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
             batches = [pool[i : i + self.batch] for i in range(0, len(pool), self.batch)]
             shuffle.shuffle(batches)
             for batch in batches:
-                yield collate(batch, prompt)
+                yield collate_lines(batch, prompt)

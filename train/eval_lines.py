@@ -24,7 +24,7 @@ from bench.text_forms import normalize, normalize_spaced
 from train.make_crops import read_crops
 from train.render import prepare_line
 
-MAX_NEW_TOKENS = 64
+MAX_NEW_TOKENS = 160  # a full-width line (1,120 px) holds up to about 110 characters
 
 
 def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
@@ -44,8 +44,21 @@ def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def read_lines(model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64) -> list[str]:
-    """Greedy text of each prepared line image; batched among images of the same width (no padding)."""
+def _padded(image: np.ndarray, width: int) -> np.ndarray:
+    wide = np.full((image.shape[0], width, 3), 255, np.uint8)
+    wide[:, : image.shape[1]] = image
+    return wide
+
+
+def read_lines(
+    model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64, pad: bool = False
+) -> list[str]:
+    """Greedy text of each prepared line image, batched among lines of one width.
+
+    pad=False reads each image exactly as the appliance sends it (a batch only holds lines of the
+    same width: many small batches); pad=True widens each batch of neighbouring widths with white
+    to its widest, as training does, for a quick held-out figure.
+    """
     import torch
 
     from train.data import Sample, collate
@@ -58,9 +71,13 @@ def read_lines(model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: 
     start = 0
     while start < len(order):
         width = images[order[start]].shape[1]
-        group = [i for i in order[start : start + batch] if images[i].shape[1] == width]
+        if pad:
+            group = order[start : start + batch]
+            width = images[group[-1]].shape[1]
+        else:
+            group = [i for i in order[start : start + batch] if images[i].shape[1] == width]
         start += len(group)
-        inputs = collate([Sample("", images[i]) for i in group], prompt)
+        inputs = collate([Sample("", _padded(images[i], width)) for i in group], prompt)
         # Drop the empty answer (its <|im_end|>): the prompt ends where the answer starts.
         length = len(
             prompt.prompt_ids(
@@ -103,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, help="read only the first N lines")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--pad", action="store_true", help="widen batches with white (quick, not exact)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     args = parser.parse_args(argv)
     import torch
@@ -112,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_export(args.hf, args.device)
     crops = load_crops(args.crops, args.limit)
     started = time.perf_counter()
-    texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch)
+    texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started
     pairs = [(c[1], t) for c, t in zip(crops, texts, strict=True)]
     report = {

@@ -211,9 +211,14 @@ class LineRenderer:
                 else int(self.rng.uniform(0, scale))
             )
 
-        x0, x1 = max(0, x0 - margin(size * 0.6)), min(w, x1 + margin(size * 0.6))
-        y0, y1 = max(0, y0 - margin(size * 0.35)), min(h, y1 + margin(size * 0.35))
-        return image[y0:y1, x0:x1]
+        left, right = max(0, x0 - margin(size * 0.6)), min(w, x1 + margin(size * 0.6))
+        top, bottom = max(0, y0 - margin(size * 0.35)), min(h, y1 + margin(size * 0.35))
+        # Clipping both sides of a one-pixel mark ('.', '|') would leave nothing: keep the ink's box.
+        if right - left < 2:
+            left, right = x0, max(x1, x0 + 2)
+        if bottom - top < 2:
+            top, bottom = y0, max(y1, y0 + 2)
+        return image[top:bottom, left:right]
 
     def _degrade(self, image: np.ndarray) -> np.ndarray:
         rng = self.rng

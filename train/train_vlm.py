@@ -2,9 +2,15 @@
 
     python -m train.train_vlm --out DIR --minutes 9 [--fonts DIR --words FILE --workers 14 --batch 256]
 
-Resumes from DIR/checkpoint when present (model, optimizer, scheduler, step, RNG), stops before the
-budget (which counts start-up) and writes DIR/checkpoint plus an HF export in DIR/hf that
-`train.eval_lines` reads and llama.cpp's converter (quantize.gguf) turns into GGUF.
+Resumes from DIR/checkpoint when present (model, optimizer, scheduler, step, RNG), or takes the
+weights of an earlier export with --init-from; stops before the budget (which counts start-up) and
+writes DIR/checkpoint plus an HF export in DIR/hf that `train.eval_lines` reads and llama.cpp's
+converter (quantize.gguf) turns into GGUF.
+
+Rendering, not the GPU, is the slower side once the step runs without per-line loops
+(`train.step`), so the GPU never waits for it: a rendered batch is kept on the device and trained
+on again (up to --max-uses times, picked at random among the last --replay batches) whenever no
+fresh one is ready. Every batch is still new text seen a few times, not a corpus to memorise.
 """
 
 from __future__ import annotations
@@ -16,9 +22,13 @@ _STARTED = time.monotonic()  # the budget counts start-up: imports of torch/tran
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import queue  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Iterable  # noqa: E402
 from itertools import islice  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -30,7 +40,8 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
-from train.model import TINY, ModelSize, build_model, preprocessor_config  # noqa: E402
+from train.model import TINY, ModelSize, PromptFormat, build_model, preprocessor_config  # noqa: E402
+from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
 from train.vision_attention import group_vision_attention  # noqa: E402
@@ -43,6 +54,10 @@ def _log(out: Path, message: str) -> None:
     print(line, flush=True)
     with (out / "train.log").open("a", encoding="utf-8") as log:
         log.write(line + "\n")
+
+
+def _peak_memory(device: Any) -> str:
+    return f", {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB peak" if device.type == "cuda" else ""
 
 
 def _schedule(total: int, warmup: int) -> Any:
@@ -62,7 +77,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
 
 def evaluate(model: Any, tokenizer: Any, held_out: list[Any], batch: int) -> tuple[float, float, list[str]]:
     model.eval()
-    texts = read_lines(model, tokenizer, [s.image for s in held_out], batch)
+    texts = read_lines(model, tokenizer, [s.image for s in held_out], batch, pad=True)
     model.train()
     pairs = [(s.text, t) for s, t in zip(held_out, texts, strict=True)]
     return cer(pairs), cer(pairs, spaced=True), texts
@@ -99,6 +114,53 @@ def save_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, step
     (path / "state.pt.tmp").replace(path / "state.pt")  # a crash mid-save keeps the previous one
 
 
+class Batches:
+    """Fresh batches from the loader when one is ready, else one of the recent ones again.
+
+    A thread drains the DataLoader into a short queue; `next_batch` takes from it without waiting
+    while some kept batch has been used fewer than `max_uses` times, and waits otherwise.
+    """
+
+    def __init__(self, loader: Iterable[dict[str, Any]], device: Any, keep: int, max_uses: int) -> None:
+        self.device, self.keep, self.max_uses = device, keep, max_uses
+        self.kept: list[list[Any]] = []  # [batch on device, uses]
+        self.fresh_count = self.reused_count = 0
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=8)
+        self._rng = random.Random(0)
+        threading.Thread(target=self._fill, args=(loader,), daemon=True).start()
+
+    def _fill(self, loader: Iterable[dict[str, Any]]) -> None:
+        try:
+            for batch in loader:
+                self._queue.put(batch)
+        except BaseException as error:  # handed to the training loop, which raises it
+            self._queue.put({"error": error})
+
+    def _take(self, block: bool) -> dict[str, Any]:
+        batch = self._queue.get(block=block)
+        if "error" in batch:
+            # Without this the loop would train on the kept batches until each was used up, then
+            # wait forever for a loader that is gone.
+            raise RuntimeError("the data loader stopped") from batch["error"]
+        return batch
+
+    def next_batch(self) -> dict[str, Any]:
+        usable = [entry for entry in self.kept if entry[1] < self.max_uses]
+        try:
+            cpu_batch = self._take(block=not usable)
+        except queue.Empty:
+            entry = self._rng.choice(usable)
+            entry[1] += 1
+            self.reused_count += 1
+            return entry[0]  # type: ignore[no-any-return]
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in cpu_batch.items()}
+        self.kept.append([batch, 1])
+        if len(self.kept) > self.keep:
+            self.kept.pop(0)
+        self.fresh_count += 1
+        return batch
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m train.train_vlm", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -106,7 +168,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fonts", type=Path, default=Path("/usr/share/fonts"))
     parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
     parser.add_argument("--workers", type=int, default=14)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--replay", type=int, default=256, help="recent batches kept on the device")
+    parser.add_argument("--max-uses", type=int, default=4, help="times a rendered batch may be trained on")
+    parser.add_argument("--init-from", type=Path, help="an HF export whose weights to start from")
+    parser.add_argument("--start-step", type=int, default=0, help="schedule position with --init-from")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--total-steps", type=int, default=20000, help="length of the cosine schedule")
@@ -162,6 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         if state["rng"]["cuda"] is not None and device.type == "cuda":
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
         _log(args.out, f"resumed at step {step}")
+    elif args.init_from:
+        from transformers import Qwen2VLForConditionalGeneration
+
+        exported = Qwen2VLForConditionalGeneration.from_pretrained(args.init_from, dtype=torch.float32)
+        model.load_state_dict(exported.state_dict())  # strict: the export must have this shape
+        step = args.start_step
+        with warnings.catch_warnings():  # stepping the schedule ahead before any optimizer step is meant
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(step):
+                scheduler.step()
+        _log(args.out, f"weights from {args.init_from}, schedule at step {step}")
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
     # A resumed run draws new lines: the data seed moves with the step it starts from.
@@ -176,36 +253,44 @@ def main(argv: list[str] | None = None) -> int:
     )
     held_out = _held_out(args, tokenizer)
     model.train()
+    batches = Batches(loader, device, args.replay, args.max_uses)
+    first = batches.next_batch()
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        fast, slow = line_loss(model, first), reference_loss(model, first, PromptFormat(tokenizer).pad_id)
+    _log(args.out, f"first batch: loss {fast.item():.5f}, transformers' own forward {slow.item():.5f}")
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
     step_seconds = 1.0
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
-    waited = 0.0
-    fetched = time.monotonic()
-    for cpu_batch in loader:
+    waited, fresh_at_window = 0.0, 0
+    while True:
+        fetched = time.monotonic()
+        batch = batches.next_batch()
         tick = time.monotonic()
         waited += tick - fetched  # time the GPU sat waiting for rendered lines
-        batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = model(**batch).loss
+            loss = line_loss(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        losses.append(loss.item())
+        losses.append(loss.detach())  # no device sync each step: read at log time
         window_samples += batch["input_ids"].shape[0]
         window_steps += 1
         step_seconds = 0.9 * step_seconds + 0.1 * (time.monotonic() - tick)
         if step % args.log_every == 0:
             elapsed = time.monotonic() - window_start
+            mean_loss = torch.stack(losses).mean().item()
             _log(
                 args.out,
-                f"step {step} loss {sum(losses) / len(losses):.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+                f"step {step} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
                 f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s "
-                f"{waited / elapsed:.0%} waiting for data",
+                f"{(batches.fresh_count - fresh_at_window) / window_steps:.0%} fresh, "
+                f"{waited / elapsed:.0%} waiting for data{_peak_memory(device)}",
             )
             window_start, window_samples, window_steps, losses, waited = time.monotonic(), 0, 0, [], 0.0
+            fresh_at_window = batches.fresh_count
         if step % args.eval_every == 0:
             eval_started = time.monotonic()
             nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
@@ -217,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-        fetched = time.monotonic()
+            export(model, tokenizer_dir, args.out / "hf")  # a call cut short still leaves a model
         # Leave room for the checkpoint and export (~15 s) and the final evaluation, as long as the
-        # last one took (an untrained model writes all 64 tokens: ~50 s for 256 lines on an H200).
+        # last one took (an untrained model writes all 160 tokens of every line).
         if time.monotonic() - _STARTED + 20.0 + eval_seconds + 5 * step_seconds > budget:
             break
     _log(args.out, f"stopping at step {step}")
