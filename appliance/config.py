@@ -159,7 +159,9 @@ class PpocrOnnxConfig(_Strict):
         return raw
 
 
-VlmFamily = Literal["paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "smolvlm"]
+VlmFamily = Literal[
+    "paddleocr_vl", "lightonocr", "hunyuan_ocr", "granite_docling", "qwen2vl", "qwen2vl_line", "smolvlm"
+]
 
 
 class VlmDraftConfig(_Strict):

@@ -35,9 +35,13 @@ def _page(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (96, 128, 3), dtype=np.uint8)
 
 
-def _engine(family: str, model_dir: Path | None = None, **settings: Any) -> VlmGgufEngine:
+def _engine(
+    family: str, model_dir: Path | None = None, as_family: str = "auto", **settings: Any
+) -> VlmGgufEngine:
+    """The fixture model of `family`, asked as `as_family` asks when that is given."""
     values: dict[str, Any] = {
         "model_dir": model_dir or FIXTURES / family,
+        "family": as_family,
         "device": DEVICE,
         "threads": 1,
         "image_max_side": 128,
@@ -177,6 +181,32 @@ def test_the_prompt_head_is_computed_once_and_the_output_stays_the_same(
     finally:
         engine.close()
         fresh.close()
+
+
+def test_a_line_reader_keeps_everything_before_the_image_and_reads_the_same() -> None:
+    """qwen2vl_line asks before the image: after the first line only the image and the turn's end are new."""
+    line = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"})
+    fresh = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, reuse_prompt_head=False)
+    page = _engine("qwen2vl", draft={"source": "none"})
+    try:
+        line.read(_page(1))
+        second = line.read(_page(0)).details["vlm_gguf"]
+        assert line.last_generation is not None
+        fresh.read(_page(1))
+        fresh.read(_page(0))
+        assert fresh.last_generation is not None
+        assert line.last_generation.tokens == fresh.last_generation.tokens
+        page.read(_page(1))
+        page_second = page.read(_page(0)).details["vlm_gguf"]
+        line_new = second["prompt_tokens"] - second["prompt_tokens_reused"] - second["image_tokens"]
+        page_new = page_second["prompt_tokens"] - page_second["prompt_tokens_reused"] - page_second["image_tokens"]
+        # The instruction moved into the kept head: what is computed again shrinks by its length.
+        assert 0 < line_new < page_new
+        assert page_new - line_new >= len("Read the text of this line.") // 2
+    finally:
+        line.close()
+        fresh.close()
+        page.close()
 
 
 def test_a_page_cut_short_goes_to_review(monkeypatch: pytest.MonkeyPatch) -> None:

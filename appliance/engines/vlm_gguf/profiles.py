@@ -14,7 +14,11 @@ class FamilyProfile:
 
     The placement rules come from the families' model cards and from failures seen with them:
     PaddleOCR-VL loops when the instruction comes before the image, LightOnOCR was trained with an
-    empty system message and a user turn that holds only the image.
+    empty system message and a user turn that holds only the image. `qwen2vl_line` is the line
+    reader that train/ makes (Qwen2-VL architecture): one text line a call, asked with the
+    instruction before the image, so that everything before the image is the same for every line
+    and stays in the cache (`reuse_prompt_head`); a line then costs its image and the few tokens
+    that open the answer. train/model.py asks with exactly this profile's text and order.
     """
 
     family: str
@@ -59,6 +63,13 @@ PROFILES: dict[str, FamilyProfile] = {
         ),
         FamilyProfile("granite_docling", prompt="Convert this page to docling.", output_format="doctags"),
         FamilyProfile("qwen2vl", prompt="Read all the text in the image, line by line."),
+        FamilyProfile(
+            "qwen2vl_line",
+            prompt="Read the text of this line.",
+            image_first=False,
+            image_max_tokens=64,  # train.render.prepare_line: at most 1,120 x 28 px, 40 tokens
+            max_tokens=192,
+        ),
         FamilyProfile("smolvlm", prompt="Read all the text in the image, line by line."),
     )
 }
