@@ -59,7 +59,8 @@ RUN_SH = r"""#!/bin/bash
 # MINUTES is the training's budget; the call takes about 1.5 minutes more (install, start, export,
 # EVAL=1's receipt reading, capped at EVAL_SECONDS=120; EVAL_LIMIT=N reads the first N crops).
 # When $OUT is set the console and train.log are copied there as they grow, so a call cut short
-# still returns its log, and at the end the results and the export (a gzipped tar in 15 MiB parts).
+# still returns its log, and at the end the results and the export in bf16 (a gzipped tar in 15 MiB
+# parts: cat them, untar, and load it with dtype float32).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
@@ -88,7 +89,15 @@ fi
 if [ -n "${OUT:-}" ]; then
     cp "$RUN/train.log" "$OUT/"
     cp "$RUN/eval_receipts.json" "$OUT/" 2>/dev/null || true
-    tar -C "$RUN" -czf - hf | split -b 15M - "$OUT/hf.tgz.part-"
+    # fp32 weights of the default shape (70 MB) would not fit the 64 MiB a call brings back: bf16.
+    rm -rf "$RUN/hf_bf16" && cp -r "$RUN/hf" "$RUN/hf_bf16"
+    python3 -c "
+import sys, pathlib, torch
+from safetensors.torch import load_file, save_file
+for f in pathlib.Path(sys.argv[1]).glob('*.safetensors'):
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(f).items()}, f, metadata={'format': 'pt'})
+" "$RUN/hf_bf16"
+    tar -C "$RUN" -czf - hf_bf16 | split -b 15M - "$OUT/hf_bf16.tgz.part-"
 fi
 """
 
