@@ -56,9 +56,9 @@ FONTS = (
 
 RUN_SH = r"""#!/bin/bash
 # Trains on a CUDA box with torch and no network: MINUTES=7 .train-carry/run.sh [train_vlm options]
-# MINUTES is the training's budget; the call takes about 1.5 minutes more (install, start, export,
+# MINUTES is the training's budget; the script takes about 1.5 minutes more (install, start, export,
 # EVAL=1's receipt reading, capped at EVAL_SECONDS=120; EVAL_LIMIT=N reads the first N crops).
-# When $OUT is set the console and train.log are copied there as they grow, so a call cut short
+# When $OUT is set the console and train.log are copied there as they grow, so a run cut short
 # still returns its log, and at the end the results and the export in bf16 (a gzipped tar in 15 MiB
 # parts: cat them, untar, and load it with dtype float32).
 set -euo pipefail
