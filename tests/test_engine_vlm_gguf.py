@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 
@@ -199,13 +200,34 @@ def test_a_line_reader_keeps_everything_before_the_image_and_reads_the_same() ->
         page.read(_page(1))
         page_second = page.read(_page(0)).details["vlm_gguf"]
         line_new = second["prompt_tokens"] - second["prompt_tokens_reused"] - second["image_tokens"]
-        page_new = page_second["prompt_tokens"] - page_second["prompt_tokens_reused"] - page_second["image_tokens"]
+        page_new = (
+            page_second["prompt_tokens"] - page_second["prompt_tokens_reused"] - page_second["image_tokens"]
+        )
         # The instruction moved into the kept head: what is computed again shrinks by its length.
         assert 0 < line_new < page_new
         assert page_new - line_new >= len("Read the text of this line.") // 2
     finally:
         line.close()
         fresh.close()
+        page.close()
+
+
+def test_a_line_reader_gets_each_crop_at_its_trained_size() -> None:
+    """qwen2vl_line sizes a crop as train/ does: 28 px high, whole tokens, 8 to 40 of them."""
+    rng = np.random.default_rng(0)
+    small = rng.integers(0, 256, (40, 300, 3), dtype=np.uint8)
+    large = cv2.resize(small, (600, 80))  # the same line scanned at twice the resolution
+    long_line = rng.integers(0, 256, (30, 3000, 3), dtype=np.uint8)
+    line = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
+    page = _engine("qwen2vl", draft={"source": "none"}, image_max_side=0)
+    try:
+        tokens = [line.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large, long_line)]
+        # 300 x 40 -> 210 x 28, padded to 224: 8 tokens at either resolution; 3,000 x 30 is squeezed to 40.
+        assert tokens == [8, 8, 40]
+        as_page = [page.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large)]
+        assert as_page[0] != as_page[1]  # a page profile lets llama.cpp size the image itself
+    finally:
+        line.close()
         page.close()
 
 

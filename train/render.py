@@ -2,7 +2,7 @@
 
 PIL draws the text, numpy/OpenCV degrade it (dot-matrix and faded thermal looks, blur, JPEG,
 noise, skew, perspective, paper) and cut a detector-like box around it. No torch: the appliance's
-test env imports this module, and the appliance's caller must apply the same `prepare_line`.
+test env imports this module. `prepare_line` is the appliance's own (engines/vlm_gguf/line_image.py).
 """
 
 from __future__ import annotations
@@ -16,36 +16,13 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-# The model-input contract: 28 px high (two 14 px patches, one merged token row), white padding on
-# the right to a whole number of 28 px tokens, at least 224 px (8 tokens), at most 1,120 (40 tokens).
-LINE_HEIGHT = 28
-MIN_WIDTH = 224
-MAX_WIDTH = 28 * 40
+# The model-input contract lives with the engine that sends lines to the model; training lines go
+# through the same function. Re-exported for train/'s callers.
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, prepare_line
+
+__all__ = ["LINE_HEIGHT", "MAX_WIDTH", "MIN_WIDTH", "LineRenderer", "load_fonts", "prepare_line"]
 
 _FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
-
-
-def prepare_line(crop: np.ndarray) -> np.ndarray:
-    """Resize a line crop to height 28 keeping aspect, pad white on the right to k*28 >= 224 px (RGB uint8).
-
-    Lines that would come out wider than MAX_WIDTH are squeezed horizontally to MAX_WIDTH (their
-    height stays 28, so glyph height, what the model reads best, is kept).
-    """
-    if crop.ndim == 2:
-        crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
-    elif crop.shape[2] == 4:
-        crop = cv2.cvtColor(crop, cv2.COLOR_RGBA2RGB)
-    h, w = crop.shape[:2]
-    width = max(1, round(w * LINE_HEIGHT / max(h, 1)))
-    width = min(width, MAX_WIDTH)
-    shrinking = h > LINE_HEIGHT or w > width
-    resized = cv2.resize(
-        crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
-    )
-    padded_width = max(MIN_WIDTH, -(-width // LINE_HEIGHT) * LINE_HEIGHT)
-    out = np.full((LINE_HEIGHT, padded_width, 3), 255, dtype=np.uint8)
-    out[:, :width] = resized
-    return out
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_
 from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, verify_vlm_files
+from appliance.engines.vlm_gguf.line_image import prepare_line
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from appliance.engines.vlm_gguf.memory import MemoryPlan, plan_memory
 from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out
@@ -271,7 +272,12 @@ class VlmGgufEngine:
         return used
 
     def _scaled(self, image: np.ndarray) -> np.ndarray:
-        """The page as RGB, its long side scaled down to the limit (encoding cost grows with area)."""
+        """The page as RGB, its long side scaled down to the limit (encoding cost grows with area).
+
+        A line reader's crop is instead sized as its model was trained (line_image.prepare_line).
+        """
+        if self.profile.line_input:
+            return cv2.cvtColor(prepare_line(image), cv2.COLOR_BGR2RGB)
         rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         limit = self._config.image_max_side
         long_side = max(rgb.shape[:2])

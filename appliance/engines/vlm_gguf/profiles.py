@@ -29,6 +29,9 @@ class FamilyProfile:
     image_max_tokens: int = 1024  # upper bound on the tokens one page image may become
     max_tokens: int = 1536  # generated tokens per page before the read is cut (and reviewed)
     stop: tuple[str, ...] = ()
+    # A line reader takes each crop at exactly the size it was trained on (line_image.py) instead
+    # of a page scaled to image_max_side.
+    line_input: bool = False
 
     def messages(self, media_marker: str) -> list[dict[str, Any]]:
         """Chat messages for the model's own chat template, with the image as `media_marker`."""
@@ -67,8 +70,9 @@ PROFILES: dict[str, FamilyProfile] = {
             "qwen2vl_line",
             prompt="Read the text of this line.",
             image_first=False,
-            image_max_tokens=64,  # train.render.prepare_line: at most 1,120 x 28 px, 40 tokens
+            image_max_tokens=64,  # line_image.prepare_line: at most 1,120 x 28 px, 40 tokens
             max_tokens=192,
+            line_input=True,
         ),
         FamilyProfile("smolvlm", prompt="Read all the text in the image, line by line."),
     )

@@ -1,0 +1,40 @@
+"""The image a line-reading VLM takes: one text line 28 px high, padded with white to whole tokens.
+
+A Qwen2-VL line reader (train/ makes one) sees a line as one row of 28 x 28 px tokens. llama.cpp
+would otherwise resize a crop to its own token grid (and a 40 px high line to two rows of tokens),
+so the caller sizes the crop exactly: height 28 with the aspect kept, white on the right to a
+multiple of 28 px and at least 224 px (8 tokens); a line wider than 1,120 px (40 tokens) is
+squeezed horizontally, keeping the glyphs' height, which is what the model reads best. train/
+renders its training lines through this same function.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+LINE_HEIGHT = 28
+MIN_WIDTH = 224
+MAX_WIDTH = 28 * 40
+
+
+def prepare_line(crop: np.ndarray) -> np.ndarray:
+    """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
+
+    The channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the same in both).
+    """
+    if crop.ndim == 2:
+        crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
+    elif crop.shape[2] == 4:
+        crop = np.ascontiguousarray(crop[:, :, :3])
+    h, w = crop.shape[:2]
+    width = max(1, round(w * LINE_HEIGHT / max(h, 1)))
+    width = min(width, MAX_WIDTH)
+    shrinking = h > LINE_HEIGHT or w > width
+    resized = cv2.resize(
+        crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    )
+    padded_width = max(MIN_WIDTH, -(-width // LINE_HEIGHT) * LINE_HEIGHT)
+    out = np.full((LINE_HEIGHT, padded_width, 3), 255, dtype=np.uint8)
+    out[:, :width] = resized
+    return out

@@ -1,0 +1,33 @@
+"""The image a line-reading VLM takes (engines/vlm_gguf/line_image.py): 28 px high, whole tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, prepare_line
+
+
+@pytest.mark.parametrize("channels", [None, 3, 4])
+def test_grey_colour_and_alpha_crops_come_back_three_channels(channels: int | None) -> None:
+    shape = (20, 200) if channels is None else (20, 200, channels)
+    out = prepare_line(np.zeros(shape, np.uint8))
+    assert out.shape == (LINE_HEIGHT, 280, 3)
+
+
+def test_the_channel_order_is_kept() -> None:
+    crop = np.zeros((28, 280, 3), np.uint8)
+    crop[:, :, 0] = 200  # blue in BGR, red in RGB: either way it stays in channel 0
+    out = prepare_line(crop)
+    assert (out[:, :, 0] == 200).all() and (out[:, :, 1:] == 0).all()
+
+
+def test_a_prepared_line_is_prepared_again_unchanged() -> None:
+    crop = np.random.default_rng(1).integers(0, 256, (33, 410, 3), dtype=np.uint8)
+    once = prepare_line(crop)
+    assert np.array_equal(prepare_line(once), once)
+
+
+def test_short_and_long_lines_stay_within_8_and_40_tokens() -> None:
+    assert prepare_line(np.zeros((28, 10, 3), np.uint8)).shape[1] == MIN_WIDTH
+    assert prepare_line(np.zeros((28, 5000, 3), np.uint8)).shape[1] == MAX_WIDTH
