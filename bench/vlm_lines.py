@@ -3,6 +3,7 @@
 Usage::
 
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
+        [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
 holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
@@ -19,6 +20,15 @@ by crop, so the machine's load falls on all of them alike:
 Per variant: median prompt ms (image encode + prefill) and decode ms per line, prompt tokens and
 those reused, tokens per forward pass, the share of drafted tokens accepted, whitespace-free and
 spaced CER against the labels (case-insensitive), and on how many lines its text equals `plain`'s.
+
+The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence
+(the cascade's default) take the VLM's text (`hint`), the rest keep the ONNX text. Reported: how
+many lines that is, the CER of the cascade against the ONNX text alone (all lines, and the unsure
+ones), and over the unsure lines the decode time of `hint` against `head` (the drafting speed-up,
+same prompt, same output) and of `hint` against `plain` (with the kept head).
+
+--save-hints writes the ONNX reads (text and confidence per crop) to a file and --hints reads them
+back, so a GPU box needs neither onnxruntime nor the ONNX models to measure the VLM.
 """
 
 from __future__ import annotations
@@ -31,8 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.config import OnnxReaderConfig, VlmGgufConfig
-from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader
+from appliance.config import CascadeConfig, OnnxReaderConfig, VlmGgufConfig
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
@@ -61,11 +70,31 @@ class VariantRun:
     texts: list[str] = field(default_factory=list)
 
 
-def engine_for(model_dir: Path, threads: int, settings: dict[str, Any]) -> VlmGgufEngine:
+def engine_for(model_dir: Path, threads: int, device: str, settings: dict[str, Any]) -> VlmGgufEngine:
     config = VlmGgufConfig.model_validate(
-        {"model_dir": model_dir, "device": "auto", "threads": threads, "image_max_side": 0, **settings}
+        {"model_dir": model_dir, "device": device, "threads": threads, "image_max_side": 0, **settings}
     )
     return VlmGgufEngine(config)
+
+
+def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], float]:
+    """The ONNX recogniser's text and mean confidence of each crop, and the seconds it took."""
+    from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader  # not needed with --hints
+
+    reader = OnnxLineReader(OnnxReaderConfig(provider="cpu"))
+    started = time.perf_counter()
+    reads = []
+    for image, _ in crops:
+        lines = reader.read(image).lines
+        confidence = min((line.confidence for line in lines), default=0.0)
+        reads.append({"text": " ".join(line.text for line in lines), "confidence": confidence})
+    seconds = time.perf_counter() - started
+    reader.close()
+    return reads, seconds
+
+
+def _total(values: list[float], rows: list[int]) -> float:
+    return sum(values[i] for i in rows)
 
 
 def main() -> None:
@@ -75,16 +104,26 @@ def main() -> None:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--json", type=Path, dest="json_out")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    parser.add_argument("--save-hints", type=Path, help="write the ONNX reads here (JSON)")
+    parser.add_argument("--hints", type=Path, help="ONNX reads written by --save-hints: no ONNX run")
+    parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
     args = parser.parse_args()
 
     crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.limit)]
-    reader = OnnxLineReader(OnnxReaderConfig(provider="cpu"))
-    started = time.perf_counter()
-    hints = [" ".join(line.text for line in reader.read(image).lines) for image, _ in crops]
-    onnx_s = time.perf_counter() - started
-    reader.close()
+    if args.hints:
+        reads, onnx_s = json.loads(args.hints.read_text(encoding="utf-8")), 0.0
+        if len(reads) < len(crops):
+            parser.error(f"--hints holds {len(reads)} reads for {len(crops)} crops")
+        reads = reads[: len(crops)]
+    else:
+        reads, onnx_s = onnx_reads(crops)
+    if args.save_hints:
+        args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
+    hints = [read["text"] for read in reads]
     engines = {
-        name: engine_for(args.model_dir, args.threads, settings) for name, settings in VARIANTS.items()
+        name: engine_for(args.model_dir, args.threads, args.device, settings)
+        for name, settings in VARIANTS.items()
     }
     runs = {name: VariantRun() for name in VARIANTS}
     for (image, _), hint in zip(crops, hints, strict=True):
@@ -118,7 +157,8 @@ def main() -> None:
     }
     print(
         f"{len(crops)} lines; ONNX reader (the drafts): CER {report['onnx']['cer']:.2%} / "
-        f"{report['onnx']['cer_spaced']:.2%} spaced, {onnx_s / len(crops) * 1000:.1f} ms a line"
+        f"{report['onnx']['cer_spaced']:.2%} spaced"
+        + (f", {onnx_s / len(crops) * 1000:.1f} ms a line" if onnx_s else " (read earlier)")
     )
     print("variant     prompt ms  decode ms  prompt tok  reused  tok/pass  accepted  CER     spaced  same")
     for name, run in runs.items():
@@ -143,6 +183,32 @@ def main() -> None:
             f"{figures['tokens_per_pass']:9.2f} {accepted:>9} {figures['cer']:6.2%} "
             f"{figures['cer_spaced']:7.2%}  {same}/{lines}"
         )
+    unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+    cascade = [runs["hint"].texts[i] if i in set(unsure) else hints[i] for i in range(len(crops))]
+
+    def cer_of(rows: list[int], texts: list[str], spaced: bool) -> float:
+        return line_cer([(truths[i], texts[i]) for i in rows], spaced) if rows else 0.0
+
+    decode = {name: _total(run.decode_ms, unsure) for name, run in runs.items()}
+    report["cascade"] = {
+        "min_confidence": args.min_confidence,
+        "unsure_lines": len(unsure),
+        "cer": cer(cascade, False),
+        "cer_spaced": cer(cascade, True),
+        "unsure_onnx_cer": cer_of(unsure, hints, False),
+        "unsure_vlm_cer": cer_of(unsure, runs["hint"].texts, False),
+        "unsure_decode_ms": decode,
+        "drafting_speedup": decode["head"] / decode["hint"] if decode["hint"] else None,
+    }
+    figures = report["cascade"]
+    speedup = "-" if figures["drafting_speedup"] is None else f"{figures['drafting_speedup']:.2f}x"
+    print(
+        f"cascade (lines below {args.min_confidence}: {len(unsure)} of {len(crops)}): CER "
+        f"{figures['cer']:.2%} / {figures['cer_spaced']:.2%} spaced against the ONNX text's "
+        f"{report['onnx']['cer']:.2%} / {report['onnx']['cer_spaced']:.2%}; on those lines ONNX "
+        f"{figures['unsure_onnx_cer']:.2%}, VLM {figures['unsure_vlm_cer']:.2%}; their decode "
+        f"{decode['head']:.0f} ms plain, {decode['hint']:.0f} ms drafted ({speedup})"
+    )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
 

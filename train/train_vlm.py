@@ -60,6 +60,40 @@ def _peak_memory(device: Any) -> str:
     return f", {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB peak" if device.type == "cuda" else ""
 
 
+class StepProfile:
+    """torch.profiler over a few steps, its table written to the log: where a step's time goes."""
+
+    START = 100  # past warm-up: cuDNN/cuBLAS choices, the allocator's growth, the loader's start
+
+    def __init__(self, steps: int, device: Any) -> None:
+        self.steps, self.device, self._profiler, self._started = steps, device, None, 0.0
+
+    def before(self, step: int) -> None:
+        if self.steps and step == self.START:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                torch.cuda.synchronize()
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.__enter__()
+            self._started = time.monotonic()
+
+    def after(self, step: int, out: Path) -> None:
+        if self._profiler is None or step < self.START + self.steps:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.monotonic() - self._started
+        self._profiler.__exit__(None, None, None)
+        order = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        table = self._profiler.key_averages().table(sort_by=order, row_limit=30)
+        _log(out, f"profiled steps {self.START}-{step}: {1000 * seconds / self.steps:.1f} ms a step\n{table}")
+        table = self._profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
+        _log(out, f"the same steps by host time:\n{table}")
+        self._profiler = None
+        self.steps = 0
+
+
 def _schedule(total: int, warmup: int) -> Any:
     def factor(step: int) -> float:
         if step < warmup:
@@ -184,6 +218,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-lines", type=int, default=256)
     parser.add_argument("--save-every", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--profile-steps", type=int, default=0, help="profile this many steps after the 100th; log the tables"
+    )
     return parser.parse_args(argv)
 
 
@@ -262,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     step_seconds = 1.0
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     waited, fresh_at_window = 0.0, 0
+    profile = StepProfile(args.profile_steps, device)
     while True:
+        profile.before(step)
         fetched = time.monotonic()
         batch = batches.next_batch()
         tick = time.monotonic()
@@ -275,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        profile.after(step, args.out)
         losses.append(loss.detach())  # no device sync each step: read at log time
         window_samples += batch["input_ids"].shape[0]
         window_steps += 1
