@@ -70,3 +70,11 @@ def test_the_carried_wheels_are_the_pins_of_the_training_requirements() -> None:
     pins = carried_pins()
     assert sorted(pin.split("==")[0] for pin in pins) == sorted(CARRIED)
     assert all(pin.split("==")[1] for pin in pins)
+
+
+def test_many_lines_are_short_fields_as_a_detector_boxes_them() -> None:
+    lines = _lines(TextSource(6), 3000)
+    short = [line for line in lines if len(line) <= 8]
+    assert len(short) > 0.25 * len(lines)  # receipts: a lone price, a quantity, a label
+    assert any(re.fullmatch(r"\d+\.\d\d", line) for line in short)
+    assert any(re.fullmatch(r"\d{1,2}", line) for line in short)

@@ -242,8 +242,10 @@ class TextSource:
         self.rng = random.Random(seed)
         self.words = _load_words(words)
         self.zh = list(chinese) if chinese is not None else common_chinese()
-        # Weights: receipt-like structure most of the time, ~15% pure random characters to force
-        # reading, ~18% Chinese or mixed lines.
+        # Weights: receipt-like structure most of the time, ~11% pure random characters to force
+        # reading, ~13% Chinese or mixed lines, ~29% fragments: one or two fields cut from another
+        # kind of line, as a text detector boxes a receipt's columns apart (a lone price, a
+        # quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8 characters or fewer.
         self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
             "company": (7, self.company),
             "address": (8, self.address),
@@ -261,12 +263,22 @@ class TextSource:
             "mixed": (8, self.mixed),
             "header": (2, self.header),
             "code": (2, self.code_line),
+            "fragment": (40, self.fragment),
         }
 
     def line(self) -> str:
         kinds = list(self.kinds)
         weights = [self.kinds[k][0] for k in kinds]
         return self.line_of(self.rng.choices(kinds, weights)[0])
+
+    def fragment(self) -> str:
+        """One field, or two neighbouring ones, of a receipt-like line: what a detector box holds."""
+        kind = self.rng.choice(["item", "price", "label", "date", "phone", "invoice", "company", "code"])
+        fields = self.kinds[kind][1]().split()
+        if not fields:
+            return "0"
+        start = self.rng.randrange(len(fields))
+        return " ".join(fields[start : start + (2 if self.rng.random() < 0.25 else 1)])
 
     def line_of(self, kind: str) -> str:
         text = self.kinds[kind][1]()
