@@ -66,7 +66,8 @@ class StepProfile:
     START = 100  # past warm-up: cuDNN/cuBLAS choices, the allocator's growth, the loader's start
 
     def __init__(self, steps: int, device: Any) -> None:
-        self.steps, self.device, self._profiler, self._started = steps, device, None, 0.0
+        self.steps, self.device, self._started = steps, device, 0.0
+        self._profiler: Any = None
 
     def before(self, step: int) -> None:
         if self.steps and step == self.START:
@@ -74,8 +75,9 @@ class StepProfile:
             if self.device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
                 torch.cuda.synchronize()
-            self._profiler = torch.profiler.profile(activities=activities)
-            self._profiler.__enter__()
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
+            self._profiler = profiler
             self._started = time.monotonic()
 
     def after(self, step: int, out: Path) -> None:
