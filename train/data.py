@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, IMAGE_MEAN, IMAGE_STD, MERGE, PATCH, TEMPORAL, PromptFormat
 from train.render import LineRenderer, load_fonts, prepare_line
-from train.step import text_positions
+from train.step import batch_indices
 from train.text_source import TextSource
 
 _MEAN = np.array(IMAGE_MEAN, np.float32)[:, None, None]
@@ -96,11 +96,12 @@ def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, 
     for row, (x, y) in enumerate(zip(ids, labels, strict=True)):
         input_ids[row, : len(x)] = x
         label_ids[row, : len(y)] = y
+    indices = batch_indices(images, input_ids, label_ids, prompt.image_id)
     return {
         "images": torch.from_numpy(images),
         "input_ids": torch.from_numpy(input_ids),
         "labels": torch.from_numpy(label_ids),
-        "position_ids": torch.from_numpy(text_positions(input_ids, prompt.image_id)),
+        **{name: torch.from_numpy(value) for name, value in indices.items()},
     }
 
 

@@ -4,9 +4,12 @@ Qwen2-VL's own forward builds the M-RoPE positions with a Python loop over the l
 (`get_rope_index`, a device sync per line) and the vision tower's rotary positions with another
 (`get_vision_position_ids`); at batch 128 on an H200 those loops, not the arithmetic, set the step
 time. Here the batch's lines share one width (padded with white, as `prepare_line` pads), so the
-positions are the same arithmetic done once: the text positions are built by the data workers
-(`text_positions`), the vision ones are one image's tiled. The loss is the model's (mean cross
-entropy over the answer tokens); `train.train_vlm` compares the two on its first batch.
+positions are the same arithmetic done once, by the data workers (`batch_indices`): the text's
+M-RoPE positions, the vision tower's rotary positions, where the image tokens go and which
+positions carry a label. Nothing in the step then waits for the GPU (no boolean-mask indexing, no
+host-to-device copy of a fresh tensor, no `.tolist()` of a device tensor), so Python queues the
+next kernels while the GPU runs. The loss is the model's (mean cross entropy over the answer
+tokens); `train.train_vlm` compares the two on its first batch.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ def text_positions(input_ids: np.ndarray, image_id: int) -> np.ndarray:
     return positions
 
 
+_NORMALISE: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    if device not in _NORMALISE:  # made once: a fresh small tensor each step is a blocking copy
+        mean = torch.tensor(IMAGE_MEAN, device=device).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGE_STD, device=device).view(1, 3, 1, 1)
+        _NORMALISE[device] = (mean, std)
+    return _NORMALISE[device]
+
+
 def patchify(images: torch.Tensor) -> torch.Tensor:
     """Qwen2-VL's flattened patches of (batch, 28, W, 3) uint8 lines, on their device.
 
@@ -50,8 +64,7 @@ def patchify(images: torch.Tensor) -> torch.Tensor:
     once for the batch: normalised, repeated over the two temporal frames, cut into 14 px patches
     in 2x2 merge order, image after image.
     """
-    mean = torch.tensor(IMAGE_MEAN, device=images.device).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGE_STD, device=images.device).view(1, 3, 1, 1)
+    mean, std = _normalisation(images.device)
     chw = (images.permute(0, 3, 1, 2).float() / 255.0 - mean) / std
     batch, c, h, w = chw.shape
     gh, gw = h // PATCH, w // PATCH
@@ -61,44 +74,61 @@ def patchify(images: torch.Tensor) -> torch.Tensor:
     return patches.reshape(batch * gh * gw, c * TEMPORAL * PATCH * PATCH)
 
 
-def _vision_rotary_positions(gh: int, gw: int, images: int, device: torch.device) -> torch.Tensor:
+def vision_rotary_positions(gh: int, gw: int, images: int) -> np.ndarray:
     """(h, w) rotary positions of every patch, block-major over 2x2 merge blocks, image after image."""
-    h, w = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    h, w = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
     blocks = (gh // MERGE, MERGE, gw // MERGE, MERGE)
-    one = torch.stack(
-        [h.reshape(blocks).transpose(1, 2).flatten(), w.reshape(blocks).transpose(1, 2).flatten()], dim=-1
+    one = np.stack(
+        [h.reshape(blocks).transpose(0, 2, 1, 3).ravel(), w.reshape(blocks).transpose(0, 2, 1, 3).ravel()],
+        axis=-1,
     )
-    return one.repeat(images, 1).to(device)
+    return np.tile(one, (images, 1)).astype(np.int64)
+
+
+def batch_indices(
+    images: np.ndarray, input_ids: np.ndarray, labels: np.ndarray, image_id: int
+) -> dict[str, np.ndarray]:
+    """What `line_loss` needs besides the pixels and ids, computed on the CPU by a data worker."""
+    count, height, width = images.shape[:3]
+    targets = labels[:, 1:].reshape(-1)
+    scored = np.flatnonzero(targets != IGNORE)
+    return {
+        "position_ids": text_positions(input_ids, image_id),
+        "vision_positions": vision_rotary_positions(height // PATCH, width // PATCH, count),
+        "image_index": np.flatnonzero(input_ids.reshape(-1) == image_id),
+        "label_index": scored,
+        "label_targets": targets[scored],
+    }
 
 
 def line_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean cross entropy over the answer tokens of a batch from `train.data.collate_lines`, on its device."""
-    images, input_ids, labels = batch["images"], batch["input_ids"], batch["labels"]
+    images, input_ids = batch["images"], batch["input_ids"]
     count, height, width = images.shape[:3]
     gh, gw = height // PATCH, width // PATCH
     patches_per_image = gh * gw
     pixels = patchify(images).to(model.model.visual.dtype)
-    grid = torch.tensor([[1, gh, gw]], device=images.device).expand(count, 3)
-    bounds = torch.arange(count + 1, device=images.device, dtype=torch.int32) * patches_per_image
+    # On the CPU: only vision_attention's grouping reads them, and it reads them as Python ints.
+    grid = torch.tensor([[1, gh, gw]]).expand(count, 3)
+    bounds = torch.arange(count + 1, dtype=torch.int32) * patches_per_image
     vision = model.model.visual(
         pixels,
         grid_thw=grid,
-        position_ids=_vision_rotary_positions(gh, gw, count, images.device),
+        position_ids=batch["vision_positions"],
         cu_seqlens=bounds,
         max_seqlen=patches_per_image,
     )
     embeds = model.model.language_model.embed_tokens(input_ids)
-    image_mask = (input_ids == model.config.image_token_id).unsqueeze(-1)
-    embeds = embeds.masked_scatter(image_mask, vision.pooler_output.to(embeds.dtype))
+    flat = embeds.reshape(-1, embeds.shape[-1])
+    flat = flat.index_copy(0, batch["image_index"], vision.pooler_output.to(embeds.dtype))
+    embeds = flat.view_as(embeds)
     # No attention mask: padding is on the right only, so causal attention already keeps it out of
     # every real token's view, and SDPA can take its causal fast path.
     hidden = model.model.language_model(
         inputs_embeds=embeds, position_ids=batch["position_ids"], use_cache=False
     ).last_hidden_state
-    targets = labels[:, 1:]
-    scored = targets != IGNORE
-    logits = model.lm_head(hidden[:, :-1][scored])
-    return F.cross_entropy(logits.float(), targets[scored])
+    before_answer = hidden[:, :-1].reshape(-1, hidden.shape[-1]).index_select(0, batch["label_index"])
+    return F.cross_entropy(model.lm_head(before_answer).float(), batch["label_targets"])
 
 
 def reference_loss(model: Any, batch: dict[str, torch.Tensor], pad_id: int) -> torch.Tensor:
