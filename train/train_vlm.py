@@ -1,6 +1,6 @@
 """Trains the Qwen2-VL line reader from scratch on endless synthetic lines, within a wall-clock budget.
 
-    python -m train.train_vlm --out DIR --minutes 9 [--fonts DIR --words FILE --workers 14 --batch 256]
+    python -m train.train_vlm --out DIR --minutes 7 [--fonts DIR --words FILE --workers 14 --batch 128]
 
 Resumes from DIR/checkpoint when present (model, optimizer, scheduler, step, RNG), or takes the
 weights of an earlier export with --init-from; stops before the budget (which counts start-up) and
@@ -63,14 +63,15 @@ def _peak_memory(device: Any) -> str:
 class StepProfile:
     """torch.profiler over a few steps, its table written to the log: where a step's time goes."""
 
-    START = 100  # past warm-up: cuDNN/cuBLAS choices, the allocator's growth, the loader's start
+    WARM_UP = 100  # steps first: cuDNN/cuBLAS choices, the allocator's growth, the loader's start
 
-    def __init__(self, steps: int, device: Any) -> None:
+    def __init__(self, steps: int, device: Any, first_step: int) -> None:
         self.steps, self.device, self._started = steps, device, 0.0
+        self.start = first_step + self.WARM_UP
         self._profiler: Any = None
 
     def before(self, step: int) -> None:
-        if self.steps and step == self.START:
+        if self.steps and step == self.start:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -81,7 +82,7 @@ class StepProfile:
             self._started = time.monotonic()
 
     def after(self, step: int, out: Path) -> None:
-        if self._profiler is None or step < self.START + self.steps:
+        if self._profiler is None or step < self.start + self.steps:
             return
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -89,7 +90,7 @@ class StepProfile:
         self._profiler.__exit__(None, None, None)
         order = "self_cuda_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
         table = self._profiler.key_averages().table(sort_by=order, row_limit=30)
-        _log(out, f"profiled steps {self.START}-{step}: {1000 * seconds / self.steps:.1f} ms a step\n{table}")
+        _log(out, f"profiled steps {self.start}-{step}: {1000 * seconds / self.steps:.1f} ms a step\n{table}")
         table = self._profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
         _log(out, f"the same steps by host time:\n{table}")
         self._profiler = None
@@ -221,7 +222,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument(
-        "--profile-steps", type=int, default=0, help="profile this many steps after the 100th; log the tables"
+        "--profile-steps", type=int, default=0, help="profile this many steps, 100 steps in; log the tables"
     )
     return parser.parse_args(argv)
 
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     step_seconds = 1.0
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     waited, fresh_at_window = 0.0, 0
-    profile = StepProfile(args.profile_steps, device)
+    profile = StepProfile(args.profile_steps, device, step)
     while True:
         profile.before(step)
         fetched = time.monotonic()
