@@ -222,6 +222,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the loss (dynamic shapes; minutes to compile)"
+    )
+    parser.add_argument(
         "--profile-steps", type=int, default=0, help="profile this many steps, 100 steps in; log the tables"
     )
     return parser.parse_args(argv)
@@ -303,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     waited, fresh_at_window = 0.0, 0
     profile = StepProfile(args.profile_steps, device, step)
+    # Compiled after the first batch's check, so that check compares two eager forwards.
+    loss_of = torch.compile(line_loss, dynamic=True) if args.compile else line_loss
     while True:
         profile.before(step)
         fetched = time.monotonic()
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         tick = time.monotonic()
         waited += tick - fetched  # time the GPU sat waiting for rendered lines
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss = line_loss(model, batch)
+            loss = loss_of(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
