@@ -1,4 +1,4 @@
-"""Synthetic line batches rendered on the fly in DataLoader workers, as Qwen2-VL's forward takes them."""
+"""Synthetic line batches rendered on the fly in DataLoader workers, as `train.step` takes them."""
 
 from __future__ import annotations
 
@@ -13,28 +13,10 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from train.model import IGNORE, IMAGE_MEAN, IMAGE_STD, MERGE, PATCH, TEMPORAL, PromptFormat
+from train.model import IGNORE, MERGE, PATCH, PromptFormat
 from train.render import LineRenderer, load_fonts, prepare_line
 from train.step import batch_indices
 from train.text_source import TextSource
-
-_MEAN = np.array(IMAGE_MEAN, np.float32)[:, None, None]
-_STD = np.array(IMAGE_STD, np.float32)[:, None, None]
-
-
-def pixel_patches(image: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """Qwen2-VL's flattened patches of one prepared RGB line (H, W multiples of 28) and its grid (t, h, w).
-
-    The same arithmetic as Qwen2VLImageProcessor without its resize (tests compare the two): the
-    image repeated over the two temporal frames, cut into 14 px patches in 2x2 merge order.
-    """
-    chw = (image.astype(np.float32).transpose(2, 0, 1) / 255.0 - _MEAN) / _STD
-    frames = np.stack([chw] * TEMPORAL)
-    _, c, h, w = frames.shape
-    gh, gw = h // PATCH, w // PATCH
-    patches = frames.reshape(1, TEMPORAL, c, gh // MERGE, MERGE, PATCH, gw // MERGE, MERGE, PATCH)
-    patches = patches.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return patches.reshape(gh * gw, c * TEMPORAL * PATCH * PATCH), (1, gh, gw)
 
 
 @dataclass
@@ -43,36 +25,6 @@ class Sample:
 
     text: str
     image: np.ndarray  # prepared: 28 x (k*28) RGB
-
-
-def collate(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.Tensor]:
-    """One batch: right-padded ids/labels, concatenated patches and each image's grid."""
-    ids, labels, pixels, grids = [], [], [], []
-    for sample in samples:
-        patches, grid = pixel_patches(sample.image)
-        tokens = grid[1] * grid[2] // (MERGE * MERGE)
-        sample_ids, sample_labels = prompt.example(tokens, sample.text)
-        ids.append(sample_ids)
-        labels.append(sample_labels)
-        pixels.append(patches)
-        grids.append(grid)
-    length = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), length), prompt.pad_id, dtype=torch.long)
-    label_ids = torch.full((len(ids), length), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(ids), length), dtype=torch.long)
-    for row, (x, y) in enumerate(zip(ids, labels, strict=True)):
-        input_ids[row, : len(x)] = torch.tensor(x)
-        label_ids[row, : len(y)] = torch.tensor(y)
-        mask[row, : len(x)] = 1
-    return {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "pixel_values": torch.from_numpy(np.concatenate(pixels)),
-        "image_grid_thw": torch.tensor(grids, dtype=torch.long),
-        "labels": label_ids,
-        # transformers 5 places M-RoPE positions by these types (1: image token), as its processor does.
-        "mm_token_type_ids": (input_ids == prompt.image_id).long(),
-    }
 
 
 def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.Tensor]:

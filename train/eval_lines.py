@@ -44,12 +44,6 @@ def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _padded(image: np.ndarray, width: int) -> np.ndarray:
-    wide = np.full((image.shape[0], width, 3), 255, np.uint8)
-    wide[:, : image.shape[1]] = image
-    return wide
-
-
 def read_lines(
     model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64, pad: bool = False
 ) -> list[str]:
@@ -61,8 +55,9 @@ def read_lines(
     """
     import torch
 
-    from train.data import Sample, collate
-    from train.model import PromptFormat
+    from train.data import Sample, collate_lines
+    from train.model import MERGE, PATCH, PromptFormat
+    from train.step import hf_inputs
 
     prompt = PromptFormat(tokenizer)
     device = next(model.parameters()).device
@@ -70,21 +65,15 @@ def read_lines(
     results: dict[int, str] = {}
     start = 0
     while start < len(order):
-        width = images[order[start]].shape[1]
-        if pad:
-            group = order[start : start + batch]
-            width = images[group[-1]].shape[1]
-        else:
-            group = [i for i in order[start : start + batch] if images[i].shape[1] == width]
+        group = order[start : start + batch]
+        if not pad:
+            group = [i for i in group if images[i].shape[1] == images[group[0]].shape[1]]
         start += len(group)
-        inputs = collate([Sample("", _padded(images[i], width)) for i in group], prompt)
+        # collate_lines widens the group to its widest line (with pad=False all are that wide).
+        lines = collate_lines([Sample("", images[i]) for i in group], prompt)
         # Drop the empty answer (its <|im_end|>): the prompt ends where the answer starts.
-        length = len(
-            prompt.prompt_ids(
-                inputs["image_grid_thw"][0, 1].item() * inputs["image_grid_thw"][0, 2].item() // 4
-            )
-        )
-        feed = {k: v.to(device) for k, v in inputs.items() if k != "labels"}
+        length = len(prompt.prompt_ids(lines["images"].shape[2] // (PATCH * MERGE)))
+        feed = {k: v.to(device) for k, v in hf_inputs(lines, prompt.pad_id, prompt.image_id).items()}
         for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
             feed[key] = feed[key][:, :length]
         with (

@@ -60,9 +60,9 @@ def _normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def patchify(images: torch.Tensor) -> torch.Tensor:
     """Qwen2-VL's flattened patches of (batch, 28, W, 3) uint8 lines, on their device.
 
-    The same arithmetic as `train.data.pixel_patches` (and so as Qwen2VLImageProcessor), done
-    once for the batch: normalised, repeated over the two temporal frames, cut into 14 px patches
-    in 2x2 merge order, image after image.
+    The same arithmetic as Qwen2VLImageProcessor without its resize (`python -m train.step`
+    compares the two), done once for the batch: normalised, repeated over the two temporal frames,
+    cut into 14 px patches in 2x2 merge order, image after image.
     """
     mean, std = _normalisation(images.device)
     chw = (images.permute(0, 3, 1, 2).float() / 255.0 - mean) / std
@@ -132,16 +132,75 @@ def line_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return F.cross_entropy(model.lm_head(before_answer).float(), batch["label_targets"])
 
 
-def reference_loss(model: Any, batch: dict[str, torch.Tensor], pad_id: int) -> torch.Tensor:
-    """The same batch through Qwen2-VL's own forward, to check `line_loss` against (slow: its loops)."""
+def hf_inputs(batch: dict[str, torch.Tensor], pad_id: int, image_id: int) -> dict[str, torch.Tensor]:
+    """The batch as Qwen2-VL's own forward and `generate` take it (patches, grids, masks), on its device."""
     images, input_ids = batch["images"], batch["input_ids"]
     count, height, width = images.shape[:3]
     grid = torch.tensor([[1, height // PATCH, width // PATCH]], device=images.device).expand(count, 3)
-    return model(
-        input_ids=input_ids,
-        attention_mask=(input_ids != pad_id).long(),
-        pixel_values=patchify(images),
-        image_grid_thw=grid,
-        labels=batch["labels"],
-        mm_token_type_ids=(input_ids == model.config.image_token_id).long(),
-    ).loss
+    return {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != pad_id).long(),
+        "pixel_values": patchify(images),
+        "image_grid_thw": grid,
+        # transformers 5 places M-RoPE positions by these types (1: image token), as its processor does.
+        "mm_token_type_ids": (input_ids == image_id).long(),
+    }
+
+
+def reference_loss(model: Any, batch: dict[str, torch.Tensor], pad_id: int) -> torch.Tensor:
+    """The same batch through Qwen2-VL's own forward, to check `line_loss` against (slow: its loops)."""
+    inputs = hf_inputs(batch, pad_id, model.config.image_token_id)
+    return model(**inputs, labels=batch["labels"]).loss
+
+
+def main() -> None:
+    """`python -m train.step [FONTS]`: this module against transformers on rendered lines, on the CPU.
+
+    Prints the largest difference between `patchify` and Qwen2VLImageProcessor's pixel values, and
+    between `line_loss` and the model's own loss and gradients, for the tiny and default shapes.
+    """
+    import sys
+    import tempfile
+    from itertools import islice
+    from pathlib import Path
+
+    from transformers import Qwen2VLImageProcessor
+
+    from train.data import SyntheticLines, collate_lines
+    from train.model import TINY, ModelSize, PromptFormat, build_model, preprocessor_config
+    from train.text_source import common_chinese
+    from train.tokenizer import build_tokenizer
+    from train.vision_attention import group_vision_attention
+
+    fonts = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/usr/share/fonts")
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer = build_tokenizer(Path(folder), common_chinese())
+    prompt = PromptFormat(tokenizer)
+    lines = SyntheticLines(tokenizer, fonts, None, 1, 5).samples(0)
+    batch = collate_lines(list(islice(lines, 12)), prompt)
+    config = {k: v for k, v in preprocessor_config().items() if k != "image_processor_type"}
+    processor = Qwen2VLImageProcessor(**config)
+    theirs = processor(images=list(batch["images"].numpy()), return_tensors="pt")["pixel_values"]
+    print(f"pixel values: largest difference {float((patchify(batch['images']) - theirs).abs().max()):.2e}")
+    losses = (lambda m: reference_loss(m, batch, prompt.pad_id), lambda m: line_loss(m, batch))
+    for name, size in (("tiny", TINY), ("default", ModelSize())):
+        model = build_model(tokenizer, size)
+        group_vision_attention(model)
+        gradients = []
+        for loss_of in losses:
+            model.zero_grad()
+            loss = loss_of(model)
+            loss.backward()
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+            gradients.append((float(loss.detach()), grads))
+        (theirs_loss, theirs_grads), (ours_loss, ours_grads) = gradients
+        largest = max(float((a - b).abs().max()) for a, b in zip(theirs_grads, ours_grads, strict=True))
+        print(
+            f"{name}: loss {ours_loss:.6f} against {theirs_loss:.6f}, "
+            f"largest gradient difference {largest:.2e} over {len(ours_grads)} tensors"
+        )
+
+
+if __name__ == "__main__":
+    main()
