@@ -183,12 +183,18 @@ def main() -> None:
     processor = Qwen2VLImageProcessor(**config)
     theirs = processor(images=list(batch["images"].numpy()), return_tensors="pt")["pixel_values"]
     print(f"pixel values: largest difference {float((patchify(batch['images']) - theirs).abs().max()):.2e}")
-    losses = (lambda m: reference_loss(m, batch, prompt.pad_id), lambda m: line_loss(m, batch))
+
+    def theirs_of(model: Any) -> torch.Tensor:
+        return reference_loss(model, batch, prompt.pad_id)
+
+    def ours_of(model: Any) -> torch.Tensor:
+        return line_loss(model, batch)
+
     for name, size in (("tiny", TINY), ("default", ModelSize())):
         model = build_model(tokenizer, size)
         group_vision_attention(model)
         gradients = []
-        for loss_of in losses:
+        for loss_of in (theirs_of, ours_of):
             model.zero_grad()
             loss = loss_of(model)
             loss.backward()
