@@ -157,7 +157,8 @@ def main() -> None:
     """`python -m train.step [FONTS]`: this module against transformers on rendered lines, on the CPU.
 
     Prints the largest difference between `patchify` and Qwen2VLImageProcessor's pixel values, and
-    between `line_loss` and the model's own loss and gradients, for the tiny and default shapes.
+    between `line_loss` (with vision_attention's grouping, as training runs it) and the model's own
+    loss and gradients, for the tiny and default shapes.
     """
     import sys
     import tempfile
@@ -192,9 +193,10 @@ def main() -> None:
 
     for name, size in (("tiny", TINY), ("default", ModelSize())):
         model = build_model(tokenizer, size)
-        group_vision_attention(model)
         gradients = []
         for loss_of in (theirs_of, ours_of):
+            if loss_of is ours_of:
+                group_vision_attention(model)  # ours as training runs it; theirs, transformers' own
             model.zero_grad()
             loss = loss_of(model)
             loss.backward()

@@ -36,15 +36,15 @@ def _grouped_forward(
     cos, sin = position_embeddings
     query, key = apply_rotary_pos_emb_vision(query, key, cos, sin)
     bounds = cu_seqlens.tolist()  # train.step passes them on the CPU: no wait for the GPU here
-    if len(set(itertools.starmap(lambda start, end: end - start, itertools.pairwise(bounds)))) == 1:
-        # Every image of the same length (train.step's batches): a plain reshape, no gather.
-        images, length = len(bounds) - 1, bounds[1] - bounds[0]
-        q, k, v = (t.reshape(images, length, *t.shape[1:]).transpose(1, 2) for t in (query, key, value))
-        attended = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)
-        return self.proj(attended.transpose(1, 2).reshape(seq_length, -1))
     starts_by_length: dict[int, list[int]] = defaultdict(list)
     for start, end in itertools.pairwise(bounds):
         starts_by_length[end - start].append(start)
+    if len(starts_by_length) == 1:
+        # One length (train.step's batches): the images tile the sequence, so a reshape, no gather.
+        ((length, starts),) = starts_by_length.items()
+        q, k, v = (t.reshape(len(starts), length, *t.shape[1:]).transpose(1, 2) for t in (query, key, value))
+        attended = F.scaled_dot_product_attention(q, k, v, scale=self.scaling)
+        return self.proj(attended.transpose(1, 2).reshape(seq_length, -1))
     output = torch.empty_like(query)  # (patches, heads, head_dim)
     for length, starts in starts_by_length.items():
         rows = torch.tensor(starts, device=query.device)[:, None] + torch.arange(length, device=query.device)
