@@ -92,12 +92,3 @@ def test_a_one_pixel_mark_clipped_on_both_sides_still_leaves_a_crop(fonts: Path)
     crop = renderer._crop_box(image, paper, size)
     assert crop.shape[0] >= 2 and crop.shape[1] >= 2
     assert (crop < paper - 30).any()  # the mark is inside the crop
-
-
-def test_the_training_prompt_is_the_line_reader_profile_of_the_appliance() -> None:
-    """A model trained on another prompt than the engine sends would be asked a question it never saw."""
-    from appliance.engines.vlm_gguf.profiles import profile_for
-    from train.model import FAMILY, IMAGE_FIRST, INSTRUCTION
-
-    profile = profile_for(FAMILY)
-    assert (profile.prompt, profile.image_first, profile.system) == (INSTRUCTION, IMAGE_FIRST, None)

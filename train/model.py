@@ -6,15 +6,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-# The appliance's qwen2vl_line profile (appliance/engines/vlm_gguf/profiles.py) asks with this text
-# before the image and no system message; the chat template then adds its default system turn.
-# Training on exactly that prompt means the GGUF model sees at run time what it saw in training, and
-# with the instruction first, all text before the image is the same for every line (the engine keeps
-# it in the cache): a line costs its image tokens and the fourteen that close the turn and open the
-# answer (the character-level vocabulary spells `assistant` in nine).
-FAMILY = "qwen2vl_line"
-INSTRUCTION = "Read the text of this line."
-IMAGE_FIRST = False
+from appliance.engines.vlm_gguf.profiles import profile_for
+
+# The appliance's own profile of the line reader: the model is trained on exactly the prompt the
+# engine sends (its instruction before the image, so all text before the image is the same for every
+# line and the engine keeps it in the cache: a line costs its image tokens and the fourteen that close
+# the turn and open the answer, the character-level vocabulary spelling `assistant` in nine).
+PROFILE = profile_for("qwen2vl_line")
+_IMAGE_MARK = "<image>"  # the image's place in the profile's messages; the chat template draws it
 IGNORE = -100
 PATCH, MERGE, TEMPORAL = 14, 2, 2
 IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -119,8 +118,13 @@ class PromptFormat:
 
     @cached_property
     def _halves(self) -> tuple[list[int], list[int]]:
-        parts: list[dict[str, str]] = [{"type": "image"}, {"type": "text", "text": INSTRUCTION}]
-        messages = [{"role": "user", "content": parts if IMAGE_FIRST else parts[::-1]}]
+        messages = PROFILE.messages(_IMAGE_MARK)
+        for message in messages:
+            if isinstance(message["content"], list):
+                message["content"] = [
+                    {"type": "image"} if part.get("text") == _IMAGE_MARK else part
+                    for part in message["content"]
+                ]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         before, after = text.split("<|image_pad|>")
         encode = self.tokenizer.encode
