@@ -7,8 +7,10 @@ Usage::
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
 holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
-ground truth; evaluation only). Each crop is given to the model as the recipe trained it
-(`train.render.prepare_line`: height 28, white to a multiple of 28 px). The appliance's ONNX
+ground truth; evaluation only). Each crop goes to the engine as the appliance's cascade sends it; a
+line reader's engine (`qwen2vl_line`) sizes it as the model was trained (height 28, white to a
+multiple of 28 px: engines/vlm_gguf/line_image.py), and for any other family the crop is sized so
+here first. The appliance's ONNX
 recogniser reads every crop first; its text is the cascade's draft. Four variants take turns crop
 by crop, so the machine's load falls on all of them alike:
 
@@ -24,8 +26,8 @@ spaced CER against the labels (case-insensitive), and on how many lines its text
 The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence
 (the cascade's default) take the VLM's text (`hint`), the rest keep the ONNX text. Reported: how
 many lines that is, the CER of the cascade against the ONNX text alone (all lines, and the unsure
-ones), and over the unsure lines the decode time of `hint` against `head` (the drafting speed-up,
-same prompt, same output) and of `hint` against `plain` (with the kept head).
+ones), and over the unsure lines the decode time of `hint` against `head` (the drafting speed-up:
+same kept head, same output).
 
 --save-hints writes the ONNX reads (text and confidence per crop) to a file and --hints reads them
 back, so a GPU box needs neither onnxruntime nor the ONNX models to measure the VLM.
@@ -43,9 +45,9 @@ from typing import Any
 
 from appliance.config import CascadeConfig, OnnxReaderConfig, VlmGgufConfig
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
+from appliance.engines.vlm_gguf.line_image import prepare_line
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
-from train.render import prepare_line
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {"draft": {"source": "none"}, "reuse_prompt_head": False},
@@ -78,7 +80,7 @@ def engine_for(model_dir: Path, threads: int, device: str, settings: dict[str, A
 
 
 def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], float]:
-    """The ONNX recogniser's text and mean confidence of each crop, and the seconds it took."""
+    """The ONNX recogniser's text of each crop with its lowest line confidence, and the seconds it took."""
     from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader  # not needed with --hints
 
     reader = OnnxLineReader(OnnxReaderConfig(provider="cpu"))
@@ -91,10 +93,6 @@ def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], floa
     seconds = time.perf_counter() - started
     reader.close()
     return reads, seconds
-
-
-def _total(values: list[float], rows: list[int]) -> float:
-    return sum(values[i] for i in rows)
 
 
 def main() -> None:
@@ -126,8 +124,9 @@ def main() -> None:
         for name, settings in VARIANTS.items()
     }
     runs = {name: VariantRun() for name in VARIANTS}
+    sized_by_engine = engines["plain"].profile.line_input  # one model: every variant's profile
     for (image, _), hint in zip(crops, hints, strict=True):
-        line = prepare_line(image)  # resized and padded with white: the crop's BGR order stays
+        line = image if sized_by_engine else prepare_line(image)  # the crop's BGR order stays
         for name, engine in engines.items():
             page = engine.read(line, hint=hint)
             details = page.details["vlm_gguf"]
@@ -184,12 +183,13 @@ def main() -> None:
             f"{figures['cer_spaced']:7.2%}  {same}/{lines}"
         )
     unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
-    cascade = [runs["hint"].texts[i] if i in set(unsure) else hints[i] for i in range(len(crops))]
+    unsure_rows = set(unsure)
+    cascade = [runs["hint"].texts[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
 
     def cer_of(rows: list[int], texts: list[str], spaced: bool) -> float:
         return line_cer([(truths[i], texts[i]) for i in rows], spaced) if rows else 0.0
 
-    decode = {name: _total(run.decode_ms, unsure) for name, run in runs.items()}
+    decode = {name: sum(run.decode_ms[i] for i in unsure) for name, run in runs.items()}
     report["cascade"] = {
         "min_confidence": args.min_confidence,
         "unsure_lines": len(unsure),
