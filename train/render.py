@@ -222,22 +222,29 @@ class LineRenderer:
 
 
 def main() -> None:
-    """Writes sample crops: `python -m train.render FONTS WORDS OUT [N]`."""
+    """Writes sample crops and says what rendering cost: `python -m train.render FONTS WORDS OUT [N]`."""
     import json
     import sys
+    import time
 
     from train.text_source import TextSource
 
     fonts, words, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 50
     out.mkdir(parents=True, exist_ok=True)
+    cv2.setNumThreads(1)  # as in a training data worker
     source, renderer = TextSource(1, words), LineRenderer(load_fonts(fonts), 1)
+    seconds = 0.0
     with (out / "labels.jsonl").open("w", encoding="utf-8") as labels:
         for i in range(n):
             text = source.line()
+            started = time.perf_counter()
             crop = renderer.render(text)
+            prepare_line(crop)
+            seconds += time.perf_counter() - started
             Image.fromarray(crop).save(out / f"{i:04d}.png")
             labels.write(json.dumps({"file": f"{i:04d}.png", "text": text}, ensure_ascii=False) + "\n")
+    print(f"{n} lines, {1000 * seconds / max(n, 1):.2f} ms a line to render and prepare (one thread)")
 
 
 if __name__ == "__main__":
