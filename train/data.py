@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,10 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
             text = source.line()
             try:
                 image = renderer.render(text)
-            except cv2.error:  # a degradation that leaves no pixels: draw another line
+            except cv2.error as error:
+                # One bad line must not end a paid GPU run, but it is said, not hidden: a renderer
+                # bug that skipped many lines would bend the data (the empty crop was one).
+                print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
             yield Sample(text, prepare_line(image))
 
