@@ -47,6 +47,7 @@ from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E40
 from train.vision_attention import group_vision_attention  # noqa: E402
 
 _HELD_OUT_SEED = 424242  # never a training seed: training seeds are --seed * 1009 + worker
+_MAX_SKIPPED_IN_ROW = 50  # a run whose gradients stay non-finite stops instead of idling
 
 
 def _log(out: Path, message: str) -> None:
@@ -71,7 +72,7 @@ class StepProfile:
         self._profiler: Any = None
 
     def before(self, step: int) -> None:
-        if self.steps and step == self.start:
+        if self.steps and step == self.start and self._profiler is None:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -242,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+        # torch 2.13 picks cuDNN's attention by default on Hopper; its backward returns NaN for
+        # some inputs (pytorch/pytorch#196678; an H200 run went NaN at step ~2,000 with it) and it
+        # builds a graph per new shape (about 3 ms of host time per call, twelve calls a step).
+        # Flash and memory-efficient attention give the same result without either.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer_dir = args.out / "tokenizer"
     tokenizer = build_tokenizer(tokenizer_dir, common_chinese())
@@ -305,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     step_seconds = 1.0
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     waited, fresh_at_window = 0.0, 0
+    skipped = skipped_in_row = 0  # steps dropped for a non-finite gradient
     profile = StepProfile(args.profile_steps, device, step)
     # Compiled after the first batch's check, so that check compares two eager forwards.
     loss_of = torch.compile(line_loss, dynamic=True) if args.compile else line_loss
@@ -317,7 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = loss_of(model, batch)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        # A non-finite gradient would make every weight NaN for good (and the next checkpoint
+        # with it): that step is dropped. Reading the norm waits for the GPU, which a host-bound
+        # step barely notices.
+        if not torch.isfinite(grad_norm):
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            skipped_in_row += 1
+            if skipped_in_row >= _MAX_SKIPPED_IN_ROW:
+                raise RuntimeError(f"{skipped_in_row} steps in a row had non-finite gradients (step {step})")
+            continue
+        skipped_in_row = 0
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -335,9 +353,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"step {step} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
                 f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s "
                 f"{(batches.fresh_count - fresh_at_window) / window_steps:.0%} fresh, "
-                f"{waited / elapsed:.0%} waiting for data{_peak_memory(device)}",
+                f"{waited / elapsed:.0%} waiting for data{_peak_memory(device)}"
+                + (f", {skipped} steps dropped (non-finite gradient)" if skipped else ""),
             )
             window_start, window_samples, window_steps, losses, waited = time.monotonic(), 0, 0, [], 0.0
+            skipped = 0
             fresh_at_window = batches.fresh_count
         if step % args.eval_every == 0:
             eval_started = time.monotonic()
