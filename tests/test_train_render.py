@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from train.line_shapes import line_shape
 from train.render import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
 
 # Fonts the appliance's own tests already rely on: DejaVu (Debian fonts-dejavu-core) and, where
@@ -92,3 +93,15 @@ def test_a_one_pixel_mark_clipped_on_both_sides_still_leaves_a_crop(fonts: Path)
     crop = renderer._crop_box(image, paper, size)
     assert crop.shape[0] >= 2 and crop.shape[1] >= 2
     assert (crop < paper - 30).any()  # the mark is inside the crop
+
+
+def test_one_text_in_one_font_comes_out_narrow_and_wide(fonts: Path) -> None:
+    # Receipt printers' condensed faces are narrower than any Debian font: the renderer squeezes
+    # and stretches lines so that a reader trained on them meets every glyph width.
+    mono = [info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf"]
+    renderer = LineRenderer(mono, 7)
+    text = "TOTAL 12.50"
+    widths = [line_shape(renderer.render(text), text)[1] for _ in range(100)]
+    narrow, wide = np.percentile(widths, [10, 90])
+    assert narrow < 0.42  # DejaVu Sans Mono alone draws this line about 0.55 of its height a character
+    assert wide / narrow > 1.9

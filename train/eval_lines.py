@@ -1,6 +1,6 @@
 """Greedy-reads a folder of line crops with a trained export and prints its character error rates.
 
-    python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N]
+    python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F]
 
 `crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
 `train.render.prepare_line`, the same contract as in training and in the appliance's caller.
@@ -92,12 +92,22 @@ def read_lines(
     return [results[i] for i in range(len(images))]
 
 
-def load_crops(folder: Path, limit: int | None = None) -> list[tuple[str, str, np.ndarray]]:
-    """(file, truth, prepared RGB image) for each line of folder/labels.jsonl (train.make_crops)."""
-    return [
-        (name, text, prepare_line(cv2.cvtColor(crop, cv2.COLOR_BGR2RGB)))
-        for name, crop, text in read_crops(folder, limit)
-    ]
+def load_crops(
+    folder: Path, limit: int | None = None, x_scale: float = 1.0
+) -> list[tuple[str, str, np.ndarray]]:
+    """(file, truth, prepared RGB image) for each line of folder/labels.jsonl (train.make_crops).
+
+    x_scale != 1 stretches each crop horizontally first: how much the reading depends on the
+    glyphs' width, which differs from font to font.
+    """
+    out = []
+    for name, crop, text in read_crops(folder, limit):
+        line = crop
+        if x_scale != 1.0:
+            width = max(1, round(crop.shape[1] * x_scale))
+            line = cv2.resize(crop, (width, crop.shape[0]), interpolation=cv2.INTER_CUBIC)
+        out.append((name, text, prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB))))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--pad", action="store_true", help="widen batches with white (quick, not exact)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
+    parser.add_argument("--x-scale", type=float, default=1.0, help="stretch crops horizontally first")
     args = parser.parse_args(argv)
     import torch
 
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_export(args.hf, args.device)
-    crops = load_crops(args.crops, args.limit)
+    crops = load_crops(args.crops, args.limit, args.x_scale)
     started = time.perf_counter()
     texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started

@@ -100,6 +100,7 @@ class LineRenderer:
         image += self._paper_texture(image.shape)
         image = self._geometry(image, paper)
         image = self._crop_box(image, paper, size)
+        image = self._glyph_width(image)
         image = self._degrade(image)
         rgb = np.repeat(image[:, :, None], 3, axis=2)
         if rng.random() < 0.15:  # tinted paper or ink
@@ -193,14 +194,29 @@ class LineRenderer:
                 else int(self.rng.uniform(0, scale))
             )
 
+        # Vertical margins up to 0.6 of the size: receipt detector boxes are often loose (the ink
+        # fills a median 68% of a SROIE crop's height, against 81% with margins up to 0.35).
         left, right = max(0, x0 - margin(size * 0.6)), min(w, x1 + margin(size * 0.6))
-        top, bottom = max(0, y0 - margin(size * 0.35)), min(h, y1 + margin(size * 0.35))
+        top, bottom = max(0, y0 - margin(size * 0.6)), min(h, y1 + margin(size * 0.6))
         # Clipping both sides of a one-pixel mark ('.', '|') would leave nothing: keep the ink's box.
         if right - left < 2:
             left, right = x0, max(x1, x0 + 2)
         if bottom - top < 2:
             top, bottom = y0, max(y1, y0 + 2)
         return image[top:bottom, left:right]
+
+    def _glyph_width(self, image: np.ndarray) -> np.ndarray:
+        # Receipt printers use condensed faces, and a cap-height font with narrow advances is
+        # common: a SROIE crop is a median 0.43 of its height wide per character, against 0.62 for
+        # lines drawn with the Debian fonts. A model trained on one width reads others badly (the
+        # same model read 30% of receipt lines wrong as they are, 24% widened by 1.35, 51% narrowed
+        # by 0.8), so most lines are squeezed or stretched, more often narrower than wider.
+        if self.rng.random() < 0.3:
+            return image
+        factor = float(np.exp(self.rng.uniform(np.log(0.5), np.log(1.25))))
+        width = max(2, round(image.shape[1] * factor))
+        interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_LINEAR
+        return cv2.resize(image, (width, image.shape[0]), interpolation=interpolation)
 
     def _degrade(self, image: np.ndarray) -> np.ndarray:
         rng = self.rng

@@ -1,0 +1,82 @@
+"""How rendered lines are shaped against a folder of real line crops: ink height and glyph width.
+
+    python -m train.line_shapes --crops DIR [--fonts DIR] [--words FILE] [--count N]
+
+A line reader trained on one shape of line reads others badly, so the renderer must cover the
+shapes a detector hands over. Two figures per line, printed as percentiles (10, 25, 50, 75, 90)
+for the crops and for as many rendered lines: the share of the crop's height that holds ink (a
+loose detector box makes the text small once the line is scaled to 28 px), and the crop's width
+per character over its height (condensed faces are narrow). Lines of fewer than four characters are
+left out: their width says little about a glyph's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from train.make_crops import read_crops
+
+PERCENTILES = (10, 25, 50, 75, 90)
+_MIN_CHARS = 4
+_INK_ROW_SHARE = 0.02  # a row holds ink when 2% of its pixels are dark (noise alone is not)
+
+
+def line_shape(image: np.ndarray, text: str) -> tuple[float, float]:
+    """(ink height / crop height, crop width per character / crop height) of one line crop."""
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+    _, dark = cv2.threshold(grey, 0, 255, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
+    rows = np.flatnonzero((dark > 0).mean(axis=1) > _INK_ROW_SHARE)
+    height = grey.shape[0]
+    ink = (rows[-1] - rows[0] + 1) / height if rows.size else 0.0
+    return float(ink), grey.shape[1] / height / max(len(text), 1)
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u3000" <= c <= "\u9fff" or "\uff00" <= c <= "\uffef" for c in text)
+
+
+def percentiles(shapes: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """The percentiles of both figures, rounded for printing."""
+    table = np.asarray(shapes, dtype=np.float64)
+    return {
+        "ink height share": np.percentile(table[:, 0], PERCENTILES).round(3).tolist(),
+        "width per char / height": np.percentile(table[:, 1], PERCENTILES).round(3).tolist(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.line_shapes", description=__doc__.splitlines()[0])
+    parser.add_argument("--crops", type=Path, required=True, help="train.make_crops output")
+    parser.add_argument("--fonts", type=Path, default=Path("/usr/share/fonts"))
+    parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
+    parser.add_argument("--count", type=int, default=1500, help="crops read (as many lines are rendered)")
+    parser.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args(argv)
+    from train.render import LineRenderer, load_fonts
+    from train.text_source import TextSource
+
+    crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.count) if len(text) >= _MIN_CHARS]
+    real = [line_shape(crop, text) for crop, text in crops]
+    # Chinese characters are about twice as wide as Latin ones: rendered Chinese lines count only
+    # when the crops hold some.
+    with_cjk = any(_has_cjk(text) for _, text in crops)
+    renderer = LineRenderer(load_fonts(args.fonts), args.seed)
+    source = TextSource(args.seed, args.words)
+    rendered: list[tuple[float, float]] = []
+    while len(rendered) < len(real):
+        text = source.line()
+        if len(text) >= _MIN_CHARS and (with_cjk or not _has_cjk(text)):
+            rendered.append(line_shape(renderer.render(text), text))
+    print(f"percentiles {list(PERCENTILES)}")
+    for name, shapes in (("crops", real), ("rendered", rendered)):
+        for figure, values in percentiles(shapes).items():
+            print(f"{name:9s} {figure:24s} {values}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
