@@ -27,7 +27,9 @@ The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below -
 (the cascade's default) take the VLM's text (`hint`), the rest keep the ONNX text. Reported: how
 many lines that is, the CER of the cascade against the ONNX text alone (all lines, and the unsure
 ones), and over the unsure lines the decode time of `hint` against `head` (the drafting speed-up:
-same kept head, same output).
+same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line takes
+the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher than the
+ONNX line's: how many lines and the CER.
 
 --save-hints writes the ONNX reads (text and confidence per crop) to a file and --hints reads them
 back, so a GPU box needs neither onnxruntime nor the ONNX models to measure the VLM.
@@ -44,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import CascadeConfig, OnnxReaderConfig, VlmGgufConfig
+from appliance.engines.text_lines import make_line
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.line_image import prepare_line
+from appliance.pipeline.cascade import line_read_again
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
 
@@ -70,6 +74,7 @@ class VariantRun:
     drafted: int = 0
     accepted: int = 0
     texts: list[str] = field(default_factory=list)
+    confidences: list[float] = field(default_factory=list)  # each line's, as the cascade rates it
 
 
 def engine_for(model_dir: Path, threads: int, device: str, settings: dict[str, Any]) -> VlmGgufEngine:
@@ -125,6 +130,7 @@ def main() -> None:
     }
     runs = {name: VariantRun() for name in VARIANTS}
     sized_by_engine = engines["plain"].profile.line_input  # one model: every variant's profile
+    placeholder = make_line("", [], (0.0, 0.0, 1.0, 1.0), "onnx")  # only its box is taken
     for (image, _), hint in zip(crops, hints, strict=True):
         line = image if sized_by_engine else prepare_line(image)  # the crop's BGR order stays
         for name, engine in engines.items():
@@ -142,6 +148,7 @@ def main() -> None:
             run.drafted += stats.drafted
             run.accepted += stats.accepted
             run.texts.append(" ".join(text_line.text for text_line in page.lines))
+            run.confidences.append(line_read_again(page.lines, placeholder, name).confidence)
     for engine in engines.values():
         engine.close()
 
@@ -185,6 +192,9 @@ def main() -> None:
     unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
     unsure_rows = set(unsure)
     cascade = [runs["hint"].texts[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
+    # keep: more_confident: an unsure line takes the VLM's text only when the VLM is surer of it.
+    surer = {i for i in unsure if runs["hint"].confidences[i] > reads[i]["confidence"]}
+    cascade_surer = [runs["hint"].texts[i] if i in surer else hints[i] for i in range(len(crops))]
 
     def cer_of(rows: list[int], texts: list[str], spaced: bool) -> float:
         return line_cer([(truths[i], texts[i]) for i in rows], spaced) if rows else 0.0
@@ -197,6 +207,11 @@ def main() -> None:
         "cer_spaced": cer(cascade, True),
         "unsure_onnx_cer": cer_of(unsure, hints, False),
         "unsure_vlm_cer": cer_of(unsure, runs["hint"].texts, False),
+        "more_confident": {
+            "replaced": len(surer),
+            "cer": cer(cascade_surer, False),
+            "cer_spaced": cer(cascade_surer, True),
+        },
         "unsure_decode_ms": decode,
         "drafting_speedup": decode["head"] / decode["hint"] if decode["hint"] else None,
     }
@@ -208,6 +223,11 @@ def main() -> None:
         f"{report['onnx']['cer']:.2%} / {report['onnx']['cer_spaced']:.2%}; on those lines ONNX "
         f"{figures['unsure_onnx_cer']:.2%}, VLM {figures['unsure_vlm_cer']:.2%}; their decode "
         f"{decode['head']:.0f} ms plain, {decode['hint']:.0f} ms drafted ({speedup})"
+    )
+    surer_figures = figures["more_confident"]
+    print(
+        f"cascade with keep: more_confident: {len(surer)} of those lines take the VLM's text; CER "
+        f"{surer_figures['cer']:.2%} / {surer_figures['cer_spaced']:.2%} spaced"
     )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(seconds, 2),
     }
     print(json.dumps(report))
-    out = args.out or Path("eval_results.json")
+    out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
         json.dumps({"summary": report, "lines": per_line}, ensure_ascii=False, indent=1) + "\n",

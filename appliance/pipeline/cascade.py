@@ -193,7 +193,7 @@ class Cascade:
             if figures.cut_short or not text:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
-            again = _line_read_again(second.lines, line, self._reader.name)
+            again = line_read_again(second.lines, line, self._reader.name)
             if self._config.keep == "more_confident" and again.confidence <= line.confidence:
                 continue  # the first read was at least as sure: it stands, and that is no failure
             lines[index] = again
@@ -241,7 +241,7 @@ def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
     return np.ascontiguousarray(crop[::-1, ::-1] if line.rotated_180 else crop)
 
 
-def _line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line:
+def line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line:
     """The VLM's text of one line crop, in the ONNX line's box (pieces joined by spaces)."""
     text_parts: list[str] = []
     confidences: list[float] = []
