@@ -31,8 +31,9 @@ same kept head, same output). Then the cascade with `keep: more_confident`: an u
 the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher than the
 ONNX line's: how many lines and the CER.
 
---save-hints writes the ONNX reads (text and confidence per crop) to a file and --hints reads them
-back, so a GPU box needs neither onnxruntime nor the ONNX models to measure the VLM.
+--save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
+them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
+VLM, on all the crops or a subset.
 """
 
 from __future__ import annotations
@@ -113,14 +114,19 @@ def main() -> None:
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
     args = parser.parse_args()
 
-    crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.limit)]
+    named = read_crops(args.crops, args.limit)
+    crops = [(crop, text) for _, crop, text in named]
     if args.hints:
-        reads, onnx_s = json.loads(args.hints.read_text(encoding="utf-8")), 0.0
-        if len(reads) < len(crops):
-            parser.error(f"--hints holds {len(reads)} reads for {len(crops)} crops")
-        reads = reads[: len(crops)]
+        # Keyed by crop file: a box that carries a subset of the crops still gets each its own read.
+        saved = {read["file"]: read for read in json.loads(args.hints.read_text(encoding="utf-8"))}
+        missing = [name for name, _, _ in named if name not in saved]
+        if missing:
+            parser.error(f"--hints has no read for {len(missing)} crops (the first: {missing[0]})")
+        reads, onnx_s = [saved[name] for name, _, _ in named], 0.0
     else:
         reads, onnx_s = onnx_reads(crops)
+        for read, (name, _, _) in zip(reads, named, strict=True):
+            read["file"] = name
     if args.save_hints:
         args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
     hints = [read["text"] for read in reads]
