@@ -13,6 +13,7 @@ left out: their width says little about a glyph's.
 from __future__ import annotations
 
 import argparse
+import unicodedata
 from pathlib import Path
 
 import cv2
@@ -35,8 +36,9 @@ def line_shape(image: np.ndarray, text: str) -> tuple[float, float]:
     return float(ink), grey.shape[1] / height / max(len(text), 1)
 
 
-def _has_cjk(text: str) -> bool:
-    return any("\u3000" <= c <= "\u9fff" or "\uff00" <= c <= "\uffef" for c in text)
+def _has_wide(text: str) -> bool:
+    """Whether the text holds a wide (East Asian full-width) character: Han, kana, full-width forms."""
+    return any(unicodedata.east_asian_width(char) in "FW" for char in text)
 
 
 def percentiles(shapes: list[tuple[float, float]]) -> dict[str, list[float]]:
@@ -61,15 +63,15 @@ def main(argv: list[str] | None = None) -> int:
 
     crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.count) if len(text) >= _MIN_CHARS]
     real = [line_shape(crop, text) for crop, text in crops]
-    # Chinese characters are about twice as wide as Latin ones: rendered Chinese lines count only
-    # when the crops hold some.
-    with_cjk = any(_has_cjk(text) for _, text in crops)
+    # Chinese and other full-width characters are about twice as wide as Latin ones: rendered lines
+    # holding them count only when the crops hold some.
+    with_wide = any(_has_wide(text) for _, text in crops)
     renderer = LineRenderer(load_fonts(args.fonts), args.seed)
     source = TextSource(args.seed, args.words)
     rendered: list[tuple[float, float]] = []
     while len(rendered) < len(real):
         text = source.line()
-        if len(text) >= _MIN_CHARS and (with_cjk or not _has_cjk(text)):
+        if len(text) >= _MIN_CHARS and (with_wide or not _has_wide(text)):
             rendered.append(line_shape(renderer.render(text), text))
     print(f"percentiles {list(PERCENTILES)}")
     for name, shapes in (("crops", real), ("rendered", rendered)):

@@ -162,7 +162,7 @@ class Batches:
     def __init__(self, loader: Iterable[dict[str, Any]], device: Any, keep: int, max_uses: int) -> None:
         self.device, self.keep, self.max_uses = device, keep, max_uses
         self.kept: list[list[Any]] = []  # [batch on device, uses]
-        self.fresh_count = self.reused_count = 0
+        self.fresh_count = 0
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=8)
         self._rng = random.Random(0)
         threading.Thread(target=self._fill, args=(loader,), daemon=True).start()
@@ -189,7 +189,6 @@ class Batches:
         except queue.Empty:
             entry = self._rng.choice(usable)
             entry[1] += 1
-            self.reused_count += 1
             return entry[0]  # type: ignore[no-any-return]
         batch = {k: v.to(self.device, non_blocking=True) for k, v in cpu_batch.items()}
         self.kept.append([batch, 1])
