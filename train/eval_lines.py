@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,34 @@ def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
     edits = sum(Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in pairs)
     chars = sum(len(norm(t, True)) for t, _ in pairs)
     return edits / max(chars, 1)
+
+
+def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12) -> dict[str, Any]:
+    """Where the whitespace-free, case-insensitive edits of `cer` fall.
+
+    How many there are, how many of them sit on lines more than half wrong (lines misread as a
+    whole, against a character here and there), and the most common single edits.
+    """
+    counts: Counter[str] = Counter()
+    edits = on_lost_lines = 0
+    for truth, read in pairs:
+        t, r = normalize(truth, True), normalize(read, True)
+        operations = Levenshtein.editops(t, r)
+        edits += len(operations)
+        if len(operations) > len(t) / 2:
+            on_lost_lines += len(operations)
+        for op in operations:
+            if op.tag == "replace":
+                counts[f"{t[op.src_pos]!r}->{r[op.dest_pos]!r}"] += 1
+            elif op.tag == "delete":
+                counts[f"{t[op.src_pos]!r} lost"] += 1
+            else:
+                counts[f"{r[op.dest_pos]!r} added"] += 1
+    return {
+        "edits": edits,
+        "edits_on_lines_over_half_wrong": on_lost_lines,
+        "common": counts.most_common(top),
+    }
 
 
 def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
@@ -139,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         "cer_spaced_ci": round(cer(pairs, spaced=True), 4),
         "exact_lines": sum(normalize_spaced(t, True) == normalize_spaced(h, True) for t, h in pairs),
         "seconds": round(seconds, 2),
+        "edits": edit_breakdown(pairs),
     }
-    print(json.dumps(report))
+    print(json.dumps(report, ensure_ascii=False))
     out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(

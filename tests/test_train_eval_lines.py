@@ -1,0 +1,22 @@
+"""Where a line reader's edits fall: lines lost as a whole against single characters."""
+
+from __future__ import annotations
+
+from train.eval_lines import cer, edit_breakdown
+
+
+def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
+    pairs = [
+        ("TOTAL 12.50", "total 12 50"),  # case and spacing are free; the decimal point is lost
+        ("CASH", "CASH"),
+        ("THANK YOU", "THWR T0J"),  # more than half of 8 characters wrong: a lost line
+        ("0.80", "O.80"),
+    ]
+    breakdown = edit_breakdown(pairs)
+    truth_chars = sum(len("".join(t.split())) for t, _ in pairs)
+    assert breakdown["edits"] == round(cer(pairs) * truth_chars)
+    lost = breakdown["edits"] - 2  # the decimal point and the 0 -> o are the other lines' edits
+    assert breakdown["edits_on_lines_over_half_wrong"] == lost
+    common = dict(breakdown["common"])
+    assert common["'.' lost"] == 1
+    assert common["'0'->'o'"] == 1
