@@ -107,3 +107,59 @@ def test_one_text_in_one_font_comes_out_narrow_and_wide(fonts: Path) -> None:
     # widest tenth 1.5 times as wide as the narrowest.
     assert narrow < 0.42
     assert wide / narrow > 1.9
+
+
+class _Scripted:
+    """A stand-in random source: `random()` gives the scripted values in turn, `uniform` the middle."""
+
+    def __init__(self, *values: float) -> None:
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0)
+
+    def uniform(self, low: float, high: float) -> float:
+        return (low + high) / 2
+
+
+def _ink_of(fonts: Path, text: str, *draws: float) -> np.ndarray:
+    from train.render import _font
+
+    mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
+    renderer = LineRenderer([mono], 1)
+    renderer.rng = _Scripted(*draws)  # type: ignore[assignment]
+    return renderer._ink_mask(text, _font(mono.path, mono.index, 30), 30, 0.0, neighbours=False)
+
+
+def test_an_underline_runs_under_the_whole_text(fonts: Path) -> None:
+    # Draws: a rule (0.0 < 0.15), of the underline kind (0.1 < 0.6), no slant (0.99).
+    ruled = _ink_of(fonts, "TAX (RM)", 0.0, 0.1, 0.99) > 0.5
+    plain = _ink_of(fonts, "TAX (RM)", 0.99, 0.99) > 0.5
+    text_rows = np.where(plain.any(axis=1))[0]
+    text_cols = np.where(plain.any(axis=0))[0]
+    text_width = text_cols[-1] - text_cols[0] + 1
+    below = ruled[text_rows[-1] + 1 :]
+    assert below.sum(axis=1).max() >= text_width  # one row as wide as the text, under it
+    assert not plain[text_rows[-1] + 1 :].any()
+
+
+def test_a_frame_closes_around_the_text(fonts: Path) -> None:
+    framed = _ink_of(fonts, "12.50", 0.0, 0.9, 0.99) > 0.5
+    plain = _ink_of(fonts, "12.50", 0.99, 0.99) > 0.5
+    rows, cols = np.where(plain)
+    # Ink above, below, left and right of every glyph: the four sides of the box.
+    assert framed[: rows.min()].any() and framed[rows.max() + 1 :].any()
+    assert framed[:, : cols.min()].any() and framed[:, cols.max() + 1 :].any()
+
+
+def test_a_slanted_line_leans_right(fonts: Path) -> None:
+    upright = _ink_of(fonts, "|", 0.99, 0.99) > 0.5
+    slanted = _ink_of(fonts, "|", 0.99, 0.0) > 0.5  # no rule, a slant (0.0 < 0.08)
+
+    def lean(ink: np.ndarray) -> float:
+        rows = np.where(ink.any(axis=1))[0]
+        top, bottom = ink[rows[0] + 2], ink[rows[-1] - 2]
+        return float(np.where(top)[0].mean() - np.where(bottom)[0].mean())
+
+    assert abs(lean(upright)) < 1.0
+    assert lean(slanted) > 5.0  # the top of the bar is right of its foot

@@ -49,6 +49,14 @@ FONTS = (
     "FreeMonoBold.ttf",
     "FreeSans.ttf",
     "OCRB.otf",
+    # Monospace faces whose zero is a plain oval, as on most receipt printers (DejaVu, Liberation
+    # and Noto Sans Mono mark theirs with a dot or slash), and one real italic.
+    "Courier Prime Sans.otf",
+    "Courier Prime Sans Bold.otf",
+    "Courier Prime Sans Italic.otf",
+    "Courier Prime Bold.otf",
+    "Cousine-Regular.ttf",
+    "Cousine-Bold.ttf",
     "NotoSansMono-Regular.ttf",
     "NotoSansMono-Bold.ttf",
     "wqy-microhei.ttc",
