@@ -4,6 +4,7 @@ Usage::
 
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
         [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
+        [--k-max N] [--extra-token-cost F]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
 holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
@@ -21,7 +22,10 @@ by crop, so the machine's load falls on all of them alike:
 
 Per variant: median prompt ms (image encode + prefill) and decode ms per line, prompt tokens and
 those reused, tokens per forward pass, the share of drafted tokens accepted, whitespace-free and
-spaced CER against the labels (case-insensitive), and on how many lines its text equals `plain`'s.
+spaced CER against the labels (case-insensitive), and on how many lines its text equals `plain`'s
+(the JSON lists the first 50 that differ); the mean cost of a decoding pass and, with drafts, the
+mean draft length. --k-max and --extra-token-cost set the drafting variants' `draft.k_max` and
+`draft.extra_token_cost` (0: every pass costs alike, so each step drafts as far as k_max).
 
 The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence
 (the cascade's default) take the VLM's text (`hint`), the rest keep the ONNX text. Reported: how
@@ -74,6 +78,7 @@ class VariantRun:
     passes: int = 0
     drafted: int = 0
     accepted: int = 0
+    draft_lengths: list[int] = field(default_factory=list)  # k of every drafted step
     texts: list[str] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)  # each line's, as the cascade rates it
 
@@ -112,6 +117,12 @@ def main() -> None:
     parser.add_argument("--save-hints", type=Path, help="write the ONNX reads here (JSON)")
     parser.add_argument("--hints", type=Path, help="ONNX reads written by --save-hints: no ONNX run")
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument("--k-max", type=int, help="the drafting variants' longest draft (draft.k_max)")
+    parser.add_argument(
+        "--extra-token-cost",
+        type=float,
+        help="the drafting variants' draft.extra_token_cost (0: a pass costs the same at any length)",
+    )
     args = parser.parse_args()
 
     named = read_crops(args.crops, args.limit)
@@ -130,9 +141,20 @@ def main() -> None:
     if args.save_hints:
         args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
     hints = [read["text"] for read in reads]
+    draft_settings = {
+        key: value
+        for key, value in (("k_max", args.k_max), ("extra_token_cost", args.extra_token_cost))
+        if value is not None
+    }
+    variants = {
+        name: {**settings, "draft": {**settings["draft"], **draft_settings}}
+        if settings["draft"]["source"] != "none"
+        else settings
+        for name, settings in VARIANTS.items()
+    }
     engines = {
         name: engine_for(args.model_dir, args.threads, args.device, settings)
-        for name, settings in VARIANTS.items()
+        for name, settings in variants.items()
     }
     runs = {name: VariantRun() for name in VARIANTS}
     sized_by_engine = engines["plain"].profile.line_input  # one model: every variant's profile
@@ -153,6 +175,7 @@ def main() -> None:
             run.passes += stats.steps
             run.drafted += stats.drafted
             run.accepted += stats.accepted
+            run.draft_lengths.extend(stats.k_history)
             run.texts.append(" ".join(text_line.text for text_line in page.lines))
             run.confidences.append(line_read_again(page.lines, placeholder, name).confidence)
     for engine in engines.values():
@@ -172,7 +195,10 @@ def main() -> None:
         f"{report['onnx']['cer_spaced']:.2%} spaced"
         + (f", {onnx_s / len(crops) * 1000:.1f} ms a line" if onnx_s else " (read earlier)")
     )
-    print("variant     prompt ms  decode ms  prompt tok  reused  tok/pass  accepted  CER     spaced  same")
+    print(
+        "variant     prompt ms  decode ms  prompt tok  reused  tok/pass  ms/pass  mean k  accepted  CER     "
+        "spaced  same"
+    )
     for name, run in runs.items():
         lines = len(crops)
         same = sum(a == b for a, b in zip(run.texts, runs["plain"].texts, strict=True))
@@ -182,17 +208,30 @@ def main() -> None:
             "prompt_tokens_per_line": run.prompt_tokens / lines,
             "reused_tokens_per_line": run.reused_tokens / lines,
             "tokens_per_pass": run.generated / max(run.passes, 1),
+            "tokens_per_line": run.generated / lines,
+            # Mean cost of a forward pass in decoding (all lines' decode over all their passes):
+            # on a GPU a pass is mostly fixed cost, and a longer verification pass may cost more.
+            "ms_per_pass": sum(run.decode_ms) / max(run.passes, 1),
+            "mean_k": statistics.fmean(run.draft_lengths) if run.draft_lengths else None,
             "accepted_share": run.accepted / run.drafted if run.drafted else None,
             "cer": cer(run.texts, False),
             "cer_spaced": cer(run.texts, True),
             "same_as_plain": same,
+            # Where drafting changed the text (batched kernels may round differently on a GPU).
+            "differs": [
+                {"file": named[i][0], "plain": runs["plain"].texts[i], "text": text}
+                for i, text in enumerate(run.texts)
+                if text != runs["plain"].texts[i]
+            ][:50],
         }
         report[name] = figures
         accepted = "-" if figures["accepted_share"] is None else f"{figures['accepted_share']:.0%}"
+        mean_k = "-" if figures["mean_k"] is None else f"{figures['mean_k']:.1f}"
         print(
             f"{name:<11} {figures['prompt_ms_median']:9.1f} {figures['decode_ms_median']:10.1f} "
             f"{figures['prompt_tokens_per_line']:11.1f} {figures['reused_tokens_per_line']:7.1f} "
-            f"{figures['tokens_per_pass']:9.2f} {accepted:>9} {figures['cer']:6.2%} "
+            f"{figures['tokens_per_pass']:9.2f} {figures['ms_per_pass']:8.2f} {mean_k:>7} "
+            f"{accepted:>9} {figures['cer']:6.2%} "
             f"{figures['cer_spaced']:7.2%}  {same}/{lines}"
         )
     unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
