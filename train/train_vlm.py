@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
     step_seconds = 1.0
     eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
-    waited, fresh_at_window = 0.0, 0
+    # The first batch (the check above) is not trained on: the first window's fresh share starts after it.
+    waited, fresh_at_window = 0.0, batches.fresh_count
     skipped = skipped_in_row = 0  # steps dropped for a non-finite gradient
     profile = StepProfile(args.profile_steps, device, step)
     # Compiled after the first batch's check, so that check compares two eager forwards.
