@@ -1,17 +1,20 @@
 """Packs what a GPU box without network needs to train into the ignored folder .train-carry/.
 
-    python -m train.pack [--crops DIR] [--fonts-from /usr/share/fonts] [--words /usr/share/dict/words]
+    python -m train.pack [--crops DIR [--crop-every N]] [--fonts-from /usr/share/fonts]
+        [--words /usr/share/dict/words]
 
 .train-carry/ gets: wheels/ (cp312 manylinux wheels of transformers, tokenizers, safetensors and
 their dependency closure, less numpy, which a box with torch has), fonts/ (the Debian fonts the
-renderer uses), words (Debian's word list), crops/ (receipt line crops made by train.make_crops,
-evaluation only) and run.sh, which installs the wheels into /tmp/trainsite once and trains into
-/tmp/vlmrun, outside the working tree, so consecutive runs on one box resume. The crops are most of its size.
+renderer uses), words (Debian's word list), crops/ (every third receipt line crop made by
+train.make_crops by default, with its label; evaluation only) and run.sh, which installs the wheels
+into /tmp/trainsite once and trains into /tmp/vlmrun, outside the working tree, so consecutive runs
+on one box resume.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -117,10 +120,26 @@ def find_font(name: str, roots: list[Path]) -> Path:
     raise FileNotFoundError(f"font {name} not found (apt-get install the packages in train/README.md)")
 
 
+def copy_crops(source: Path, target: Path, every: int) -> int:
+    """Copies every `every`-th crop of a train.make_crops folder with its labels; returns how many."""
+    rows = [line for line in (source / "labels.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    kept = rows[::every]
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for row in kept:
+        name = json.loads(row)["file"]
+        shutil.copy2(source / name, target / name)
+    (target / "labels.jsonl").write_text("".join(row + "\n" for row in kept), encoding="utf-8")
+    return len(kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.pack", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--crops", type=Path, help="a crop folder made by train.make_crops (copied as crops/)"
+    )
+    parser.add_argument(
+        "--crop-every", type=int, default=3, help="carry every Nth crop (all 3,430 SROIE crops are 24 MB)"
     )
     parser.add_argument("--fonts-from", type=Path, action="append", default=None)
     parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
@@ -163,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(find_font(name, roots), fonts / name)
     shutil.copy2(args.words.resolve(), CARRY / "words")
     if args.crops:
-        shutil.rmtree(CARRY / "crops", ignore_errors=True)
-        shutil.copytree(args.crops, CARRY / "crops")
+        copy_crops(args.crops, CARRY / "crops", args.crop_every)
     (CARRY / "run.sh").write_text(RUN_SH, encoding="utf-8")
     (CARRY / "run.sh").chmod(0o755)
     size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
