@@ -233,6 +233,38 @@ def test_a_line_reader_gets_each_crop_at_its_trained_size() -> None:
         page.close()
 
 
+def _cascade_crop_shapes(engine: VlmGgufEngine, page: np.ndarray, first: PageText) -> list[tuple[int, ...]]:
+    """The shapes of the crops the cascade (`unit: lines`) hands the engine for the first read's lines."""
+    shapes: list[tuple[int, ...]] = []
+    read = engine.read
+
+    def spy(image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        shapes.append(image.shape[:2])
+        return read(image, hint, deadline)
+
+    engine.read = spy  # type: ignore[method-assign,assignment]
+    Cascade(engine, CascadeConfig(mode="always", unit="lines")).refine(page, first)
+    return shapes
+
+
+def test_a_line_reader_gets_the_onnx_recognisers_crop_and_a_page_vlm_more_paper() -> None:
+    """The cascade cuts a line reader's crop as it cuts the ONNX recogniser's (train/ measured that one)."""
+    page = np.full((200, 300, 3), 255, np.uint8)
+    page[40:56, 20:260] = 0
+    box = (20.0, 40.0, 260.0, 56.0)
+    first = PageText(lines=[make_line("TOTAL 12.5O", [0.5] * 11, box, engine="ppocr_onnx")])
+    line = _engine("qwen2vl", as_family="qwen2vl_line", max_tokens_per_page=2, draft={"source": "none"})
+    vlm = _engine("qwen2vl", max_tokens_per_page=2, draft={"source": "none"})
+    try:
+        # The 240 x 16 box with an eighth of its height round it (2 px each side), as
+        # OnnxLineReader.line_margin; a page VLM gets a quarter (4 px).
+        assert _cascade_crop_shapes(line, page, first) == [(20, 244)]
+        assert _cascade_crop_shapes(vlm, page, first) == [(24, 248)]
+    finally:
+        line.close()
+        vlm.close()
+
+
 def test_a_page_cut_short_goes_to_review(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = _engine("qwen2vl", max_tokens_per_page=5, draft={"source": "none"})
     try:

@@ -89,6 +89,8 @@ class VlmGgufEngine:
         self.profile: FamilyProfile = profile_for(family).with_overrides(
             config.image_max_tokens, config.max_tokens_per_page
         )
+        # The cascade cuts a line crop with this much paper round it (engines/base.SecondReader).
+        self.line_margin = self.profile.line_margin
         self._threads = config.threads or max(1, (os.cpu_count() or 1))
         paths = {role: info.path for role, info in self._infos.items()}
         if "model" not in paths or "mmproj" not in paths:
