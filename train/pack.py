@@ -52,14 +52,12 @@ FONTS = (
     "FreeMonoBold.ttf",
     "FreeSans.ttf",
     "OCRB.otf",
-    # Monospace faces whose zero is a plain oval, as on most receipt printers (DejaVu, Liberation
-    # and Noto Sans Mono mark theirs with a dot or slash), and one real italic.
+    # Monospace faces whose zero is a plain oval, as on most receipt printers (Liberation Mono and
+    # Noto Sans Mono mark theirs with a dot or a slash), and one real italic.
     "Courier Prime Sans.otf",
     "Courier Prime Sans Bold.otf",
     "Courier Prime Sans Italic.otf",
     "Courier Prime Bold.otf",
-    "Cousine-Regular.ttf",
-    "Cousine-Bold.ttf",
     "NotoSansMono-Regular.ttf",
     "NotoSansMono-Bold.ttf",
     "wqy-microhei.ttc",
@@ -176,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         if wheel.name.startswith(LEAVE_OUT):
             wheel.unlink()
     fonts = CARRY / "fonts"
-    fonts.mkdir(exist_ok=True)
+    # Afresh: the renderer draws with every font in the folder, so one left from an earlier pack
+    # would still be trained on.
+    shutil.rmtree(fonts, ignore_errors=True)
+    fonts.mkdir()
     roots = args.fonts_from or [Path("/usr/share/fonts")]
     for name in FONTS:
         shutil.copy2(find_font(name, roots), fonts / name)
