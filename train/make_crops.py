@@ -19,22 +19,16 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-# The appliance's second reader gets the line box grown by this share of its height on each side
-# (appliance/engines/ppocr_onnx/line_reader.py, OnnxLineReader.line_margin); the crops do the same.
-LINE_MARGIN = 0.125
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, VLM_LINE_MARGIN, cut_box
 
 
-def cut_line(page: np.ndarray, box: list[float], margin: float = LINE_MARGIN) -> np.ndarray:
-    """The axis-aligned line box grown by `margin` x its height on every side, clipped to the page."""
+def cut_line(page: np.ndarray, box: list[float], margin: float = RECOGNISER_LINE_MARGIN) -> np.ndarray:
+    """The line box grown by `margin` x its height on every side, as the appliance's cascade cuts it."""
     x0, y0, x1, y1 = box
-    grow = margin * (y1 - y0)
-    h, w = page.shape[:2]
-    left, top = max(0, int(x0 - grow)), max(0, int(y0 - grow))
-    right, bottom = min(w, round(x1 + grow)), min(h, round(y1 + grow))
-    return page[top:bottom, left:right]
+    return cut_box(page, (x0, y0, x1, y1), margin)
 
 
-def make_crops(data: Path, out: Path, margin: float = LINE_MARGIN) -> int:
+def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) -> int:
     """Writes the crops (boxes grown by `margin` x their height) and labels.jsonl; returns the count."""
     out.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -99,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margin",
         type=float,
-        default=LINE_MARGIN,
-        help="paper round each box, as a share of its height (the cascade gives a VLM 0.25)",
+        default=RECOGNISER_LINE_MARGIN,
+        help="paper round each box, as a share of its height (the cascade gives a recogniser or a "
+        f"line reader {RECOGNISER_LINE_MARGIN}, a page VLM {VLM_LINE_MARGIN})",
     )
     args = parser.parse_args(argv)
     print(f"{make_crops(args.data, args.out, args.margin)} lines in {args.out}")

@@ -14,7 +14,7 @@ from appliance.config import CascadeConfig
 from appliance.document import Box, Line
 from appliance.engines.base import PageText, SecondReader
 from appliance.engines.details import CUT_SHORT_STOPS, CascadeRecord, ReadFigures
-from appliance.engines.line_crop import crop_line, is_upright, widen
+from appliance.engines.line_crop import VLM_LINE_MARGIN, crop_line, cut_box, is_upright, widen
 from appliance.engines.text_lines import make_line
 from appliance.pipeline.layout import order_page
 
@@ -72,7 +72,7 @@ class Cascade:
         self._config = config
         # How much paper a line crop gets round the first engine's box, as a share of its height:
         # the reader's own `line_margin` where it has one (a recogniser wants the detector's crop).
-        self._margin = float(getattr(reader, "line_margin", _CROP_MARGIN))
+        self._margin = float(getattr(reader, "line_margin", VLM_LINE_MARGIN))
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -212,12 +212,7 @@ class Cascade:
         )
 
 
-# Margin around a line's box for its crop, as a share of the line's height: the ONNX box hugs
-# the glyphs, and a VLM reads a line better with a little paper round it.
-_CROP_MARGIN = 0.25
-
-
-def _crop(image: np.ndarray, line: Line, share: float = _CROP_MARGIN) -> np.ndarray:
+def _crop(image: np.ndarray, line: Line, share: float = VLM_LINE_MARGIN) -> np.ndarray:
     """The line's region of the page with a margin: cut from the page, or rectified if it slants.
 
     A line the first engine read upside down is turned upright: neither reader reads it turned.
@@ -229,12 +224,7 @@ def _crop(image: np.ndarray, line: Line, share: float = _CROP_MARGIN) -> np.ndar
             # VLM would read as part of this one.
             height = float(np.linalg.norm(quad[3] - quad[0]))
             return _upright(crop_line(image, widen(quad, height * share))[0], line)
-    x0, y0, x1, y1 = line.box
-    margin = (y1 - y0) * share
-    height, width = image.shape[:2]
-    left, top = max(0, int(x0 - margin)), max(0, int(y0 - margin))
-    right, bottom = min(width, int(np.ceil(x1 + margin))), min(height, int(np.ceil(y1 + margin)))
-    return _upright(image[top:bottom, left:right], line)
+    return _upright(cut_box(image, line.box, share), line)
 
 
 def _upright(crop: np.ndarray, line: Line) -> np.ndarray:

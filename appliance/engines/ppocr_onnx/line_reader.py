@@ -9,6 +9,7 @@ import numpy as np
 
 from appliance.config import OnnxReaderConfig
 from appliance.engines.base import PageText
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN
 from appliance.engines.manifest import builtin_manifest_path, load_manifest, verify_models
 from appliance.engines.ppocr_onnx.graph import folded_model
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
@@ -41,13 +42,12 @@ class OnnxLineReader:
     """A PP-OCR recogniser from a built-in, hash-checked model set, reading one line crop per call.
 
     The cascade gives it the first engine's line box grown by `line_margin` of its height on each
-    side. The ppocr_onnx engine narrows a detected quad to 0.8 of its thickness for the line's
-    box (line_box_share), so 0.125 gives back about the crop the detector cut for the first
-    recogniser, which is what these recognisers were trained on.
+    side: about the crop the detector cut for the first recogniser (line_crop.RECOGNISER_LINE_MARGIN),
+    which is what these recognisers were trained on.
     """
 
     name = READER_NAME
-    line_margin = 0.125
+    line_margin = RECOGNISER_LINE_MARGIN
 
     def __init__(self, config: OnnxReaderConfig) -> None:
         manifest = load_manifest(builtin_manifest_path(config.models))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, VLM_LINE_MARGIN
+
 OutputFormat = Literal["plain", "markdown", "doctags"]
 
 
@@ -32,10 +34,10 @@ class FamilyProfile:
     # A line reader takes each crop at exactly the size it was trained on (line_image.py) instead
     # of a page scaled to image_max_side.
     line_input: bool = False
-    # Paper round a line crop in the cascade's `unit: lines`, as a share of the line's height: a
-    # page VLM reads a line better with some paper round it; a line reader was trained on
-    # detector-like crops and reads the ONNX recogniser's crop best.
-    line_margin: float = 0.25
+    # Paper round a line crop in the cascade's `unit: lines`, as a share of the line's height
+    # (line_crop.py): a page VLM reads a line better with a quarter; a line reader was trained on
+    # detector-like crops and gets the ONNX recogniser's eighth.
+    line_margin: float = VLM_LINE_MARGIN
 
     def messages(self, media_marker: str) -> list[dict[str, Any]]:
         """Chat messages for the model's own chat template, with the image as `media_marker`."""
@@ -77,9 +79,8 @@ PROFILES: dict[str, FamilyProfile] = {
             image_max_tokens=64,  # line_image.prepare_line: at most 1,120 x 28 px, 40 tokens
             max_tokens=192,
             line_input=True,
-            # The ONNX line reader's margin (ppocr_onnx/line_reader.py): with a quarter the
-            # receipt line crops read 20.3% wrong, 13.2% with an eighth (train/README).
-            line_margin=0.125,
+            # With a quarter the receipt line crops read 20.6% wrong, 13.85% with an eighth (train/README).
+            line_margin=RECOGNISER_LINE_MARGIN,
         ),
         FamilyProfile("smolvlm", prompt="Read all the text in the image, line by line."),
     )
