@@ -80,7 +80,7 @@ class LineRenderer:
         size = rng.randint(18, 44)
         font = _font(info.path, info.index, size)
         spacing = rng.choice([0.0, 0.0, 0.0, rng.uniform(-0.06, 0.25)]) * size
-        ink = self._ink_mask(text, font, size, spacing, neighbours=rng.random() < 0.25)
+        ink = self._ink_mask(text, font, size, spacing, neighbours=rng.random() < 0.5)
         look = rng.random()
         if look < 0.2:
             ink = self._dot_matrix(ink, size)
