@@ -208,6 +208,11 @@ class VlmGgufConfig(_Strict):
     # The text before the image (system turn, instruction) is the same for every page and line:
     # its keys and values are kept in the cache and not computed again (runtime.Context.keep_head).
     reuse_prompt_head: StrictBool = True
+    # A line reader (qwen2vl_line) decodes this many of a page's line crops side by side, one pass
+    # writing a token of each, without drafts; 1: one line at a time, drafting from the ONNX text.
+    # On the CPU a pass costs about as much per token either way (bench/README); a GPU pass is
+    # mostly fixed cost, which side by side shares out.
+    lines_together: StrictInt = Field(default=1, ge=1, le=64)
     draft: VlmDraftConfig = VlmDraftConfig()
     repetition: VlmRepetitionConfig = VlmRepetitionConfig()
 

@@ -4,7 +4,7 @@ Usage::
 
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
         [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
-        [--k-max N] [--extra-token-cost F]
+        [--k-max N] [--extra-token-cost F] [--together N]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
 holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
@@ -34,6 +34,12 @@ ones), and over the unsure lines the decode time of `hint` against `head` (the d
 same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line takes
 the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher than the
 ONNX line's: how many lines and the CER.
+
+--together N adds `together`: the crops read N at a time side by side (`lines_together`,
+`read_lines`: one pass writes a token of every line of the group, no drafts), each group right
+after its crops were read one by one by the other variants; its prompt and decode ms are each
+line's share of its group's, so their means, not medians, compare with `head`'s. And the cascade's
+unsure lines read N at a time, against their `head` and `hint` decode time.
 
 --save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
 them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
@@ -123,6 +129,7 @@ def main() -> None:
         type=float,
         help="the drafting variants' draft.extra_token_cost (0: a pass costs the same at any length)",
     )
+    parser.add_argument("--together", type=int, default=0, help="also read N lines side by side (read_lines)")
     args = parser.parse_args()
 
     named = read_crops(args.crops, args.limit)
@@ -158,27 +165,43 @@ def main() -> None:
     }
     runs = {name: VariantRun() for name in VARIANTS}
     sized_by_engine = engines["plain"].profile.line_input  # one model: every variant's profile
-    placeholder = make_line("", [], (0.0, 0.0, 1.0, 1.0), "onnx")  # only its box is taken
-    for (image, _), hint in zip(crops, hints, strict=True):
-        line = image if sized_by_engine else prepare_line(image)  # the crop's BGR order stays
-        for name, engine in engines.items():
-            page = engine.read(line, hint=hint)
-            details = page.details["vlm_gguf"]
-            run = runs[name]
-            run.prompt_ms.append(details["prompt_ms"])
-            run.decode_ms.append(details["decode_ms"])
-            run.prompt_tokens += details["prompt_tokens"]
-            run.reused_tokens += details["prompt_tokens_reused"]
-            assert engine.last_generation is not None
-            stats = engine.last_generation.stats
-            run.generated += stats.generated
-            run.passes += stats.steps
-            run.drafted += stats.drafted
-            run.accepted += stats.accepted
-            run.draft_lengths.extend(stats.k_history)
-            run.texts.append(" ".join(text_line.text for text_line in page.lines))
-            run.confidences.append(line_read_again(page.lines, placeholder, name).confidence)
-    for engine in engines.values():
+    together = (
+        engine_for(
+            args.model_dir, args.threads, args.device, {**VARIANTS["head"], "lines_together": args.together}
+        )
+        if args.together > 1
+        else None
+    )
+    if together is not None and not sized_by_engine:
+        parser.error("--together needs a line reader (family qwen2vl_line)")
+    together_run = VariantRun()
+    together_passes = 0
+    lines_in = [image if sized_by_engine else prepare_line(image) for image, _ in crops]  # BGR stays
+    group = max(args.together, 1)
+    for start in range(0, len(crops), group):
+        for line, hint in zip(lines_in[start : start + group], hints[start : start + group], strict=True):
+            for name, engine in engines.items():
+                page = engine.read(line, hint=hint)
+                assert engine.last_generation is not None
+                _record(runs[name], page, engine.last_generation.stats, name)
+        if together is not None:
+            group_read = together.read_lines(lines_in[start : start + group])
+            together_passes += max(line_page.details["vlm_gguf"]["target_steps"] for line_page in group_read)
+            for line_page in group_read:
+                _record(together_run, line_page, None, "together")
+    unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+    unsure_together_ms = (
+        [
+            sum(
+                page.details["vlm_gguf"]["decode_ms"]
+                for page in together.read_lines([lines_in[i] for i in rows])
+            )
+            for rows in (unsure[s : s + group] for s in range(0, len(unsure), group))
+        ]
+        if together is not None
+        else []
+    )
+    for engine in [*engines.values(), *([together] if together is not None else [])]:
         engine.close()
 
     truths = [text for _, text in crops]
@@ -234,7 +257,16 @@ def main() -> None:
             f"{accepted:>9} {figures['cer']:6.2%} "
             f"{figures['cer_spaced']:7.2%}  {same}/{lines}"
         )
-    unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+    if together is not None:
+        report["together"] = _together_report(
+            together_run,
+            runs,
+            passes=together_passes,
+            size=args.together,
+            unsure=unsure,
+            unsure_ms=unsure_together_ms,
+            cer=cer,
+        )
     unsure_rows = set(unsure)
     cascade = [runs["hint"].texts[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
     # keep: more_confident: an unsure line takes the VLM's text only when the VLM is surer of it.
@@ -276,6 +308,72 @@ def main() -> None:
     )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+
+def _record(run: VariantRun, page: Any, stats: Any, name: str) -> None:
+    """One line's read into its variant's run; `stats` None: the read's details give them (together)."""
+    details = page.details["vlm_gguf"]
+    run.prompt_ms.append(details["prompt_ms"])
+    run.decode_ms.append(details["decode_ms"])
+    run.prompt_tokens += details["prompt_tokens"]
+    run.reused_tokens += details["prompt_tokens_reused"]
+    if stats is not None:
+        run.generated += stats.generated
+        run.passes += stats.steps
+        run.drafted += stats.drafted
+        run.accepted += stats.accepted
+        run.draft_lengths.extend(stats.k_history)
+    else:
+        run.generated += details["generated_tokens"]
+    run.texts.append(" ".join(text_line.text for text_line in page.lines))
+    placeholder = make_line("", [], (0.0, 0.0, 1.0, 1.0), "onnx")  # only its box is taken
+    run.confidences.append(line_read_again(page.lines, placeholder, name).confidence)
+
+
+def _together_report(
+    run: VariantRun,
+    runs: dict[str, VariantRun],
+    *,
+    passes: int,
+    size: int,
+    unsure: list[int],
+    unsure_ms: list[float],
+    cer: Any,
+) -> dict[str, Any]:
+    """`together` against `head` (same head kept, no drafts): mean ms a line, passes, text, CER."""
+    head = runs["head"]
+    lines = len(run.texts)
+    figures = {
+        "lines_together": size,
+        "prompt_ms_mean": statistics.fmean(run.prompt_ms),
+        "decode_ms_mean": statistics.fmean(run.decode_ms),
+        "head_prompt_ms_mean": statistics.fmean(head.prompt_ms),
+        "head_decode_ms_mean": statistics.fmean(head.decode_ms),
+        "passes": passes,
+        "head_passes": head.passes,
+        "ms_per_pass": sum(run.decode_ms) / max(passes, 1),
+        "tokens_per_line": run.generated / lines,
+        "same_as_plain": sum(a == b for a, b in zip(run.texts, runs["plain"].texts, strict=True)),
+        "cer": cer(run.texts, False),
+        "cer_spaced": cer(run.texts, True),
+        "unsure_decode_ms": {
+            "together": sum(unsure_ms),
+            "head": sum(head.decode_ms[i] for i in unsure),
+            "hint": sum(runs["hint"].decode_ms[i] for i in unsure),
+        },
+    }
+    speedup = figures["head_decode_ms_mean"] / figures["decode_ms_mean"] if figures["decode_ms_mean"] else 0.0
+    unsure_figures = figures["unsure_decode_ms"]
+    print(
+        f"together ({size} a group): mean a line prompt {figures['prompt_ms_mean']:.1f} ms, decode "
+        f"{figures['decode_ms_mean']:.1f} ms against head's {figures['head_prompt_ms_mean']:.1f} / "
+        f"{figures['head_decode_ms_mean']:.1f} ({speedup:.2f}x decode); {passes} passes against "
+        f"{head.passes}, {figures['ms_per_pass']:.2f} ms a pass; CER {figures['cer']:.2%} / "
+        f"{figures['cer_spaced']:.2%}; same text as plain {figures['same_as_plain']}/{lines}; the "
+        f"unsure lines' decode {unsure_figures['together']:.0f} ms together, {unsure_figures['head']:.0f} "
+        f"head, {unsure_figures['hint']:.0f} drafted"
+    )
+    return figures
 
 
 if __name__ == "__main__":

@@ -232,3 +232,46 @@ def test_a_reader_gets_its_own_margin_and_an_upside_down_line_turned_upright() -
     Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(page, PageText(lines=[line]))
     crop = reader.crops[-1]
     assert crop[-10:, -100:].mean() < crop[:10, :100].mean(), "the ink is now bottom right: turned 180"
+
+
+class _SideBySideReader(FakeVlmReader):
+    """A line reader that reads lines together: each group's answers are scripted in order."""
+
+    lines_together = 2
+
+    def __init__(self, groups: list[list[list[str]] | None], answers: dict[str, list[str] | None]) -> None:
+        super().__init__([], answers=answers)
+        self.groups = groups
+        self.group_sizes: list[int] = []
+
+    def read_lines(self, images: list[np.ndarray], deadline: float | None = None) -> list[PageText]:
+        self.group_sizes.append(len(images))
+        script = self.groups.pop(0)
+        if script is None:
+            raise RuntimeError("llama_decode failed with status -3")
+        lines, self.lines = self.lines, []
+        try:
+            read = []
+            for texts in script:
+                self.lines = texts
+                read.append(self.read(images[len(read)]))
+            return read
+        finally:
+            self.lines = lines
+
+
+def test_lines_read_together_go_in_groups_and_a_failed_or_lone_line_is_read_alone() -> None:
+    first = PageText(
+        lines=[_onnx_line(text, 20.0 + 40 * i, 0.5) for i, text in enumerate(["A1", "B2", "C3"])]
+    )
+    first.lines.append(_onnx_line("D4", 140.0, 0.5))
+    first.lines.append(_onnx_line("E5", 180.0, 0.5))
+    reader = _SideBySideReader([[["A7"], ["B8"]], None], answers={"C3": ["C9"], "D4": ["D0"], "E5": ["E6"]})
+    result = Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    # Groups of two: the second fails and its lines are read one by one; the fifth line, alone
+    # in its group, is read alone too.
+    assert reader.group_sizes == [2, 2]
+    assert [line.text for line in result.lines] == ["A7", "B8", "C9", "D0", "E6"]
+    # Lines read together get no draft; a line read alone gets its ONNX text.
+    assert reader.hints == [None, None, "C3", "D4", "E5"]
+    assert result.details["cascade"]["lines_replaced"] == 5 and result.details["cascade"]["lines_kept"] == []

@@ -214,6 +214,38 @@ def test_a_line_reader_keeps_everything_before_the_image_and_reads_the_same() ->
         page.close()
 
 
+
+def _text(page: PageText) -> str:
+    return "\n".join(line.text for line in page.lines)
+
+
+@exact_on_cpu_only
+def test_lines_read_side_by_side_read_as_each_alone_and_the_head_stays() -> None:
+    """read_lines decodes a group's lines in one pass each: the text is each line's read alone."""
+    rng = np.random.default_rng(3)
+    crops = [rng.integers(0, 256, (30, width, 3), dtype=np.uint8) for width in (120, 300, 200, 500, 90)]
+    alone = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
+    together = _engine(
+        "qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0, lines_together=3
+    )
+    try:
+        expected = [alone.read(crop) for crop in crops]
+        read = together.read_lines(crops)
+        assert [_text(page) for page in read] == [_text(page) for page in expected]
+        figures = [page.details["vlm_gguf"] for page in read]
+        assert [f["lines_together"] for f in figures] == [3, 3, 3, 2, 2]
+        wanted = [page.details["vlm_gguf"] for page in expected]
+        for key in ("generated_tokens", "image_tokens", "prompt_tokens", "stop_reason"):
+            assert [f[key] for f in figures] == [w[key] for w in wanted], key
+        # Afterwards a line read alone reads as before, the prompt's head still kept.
+        again = together.read(crops[1])
+        assert _text(again) == _text(expected[1])
+        assert again.details["vlm_gguf"]["prompt_tokens_reused"] > 0
+    finally:
+        alone.close()
+        together.close()
+
+
 def test_a_line_reader_gets_each_crop_at_its_trained_size() -> None:
     """qwen2vl_line sizes a crop as train/ does: 28 px high, whole tokens, 8 to 40 of them."""
     rng = np.random.default_rng(0)

@@ -7,7 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from appliance.engines.vlm_gguf.decoding import DraftPolicy, _probability, greedy_decode
+from appliance.engines.vlm_gguf.decoding import (
+    DraftPolicy,
+    _probability,
+    greedy_decode,
+    greedy_decode_together,
+)
 from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
@@ -264,3 +269,59 @@ def test_text_hint_ignores_a_short_match_far_from_where_the_hint_should_be() -> 
     assert draft.propose(_chars("INVOICE 2291\nIT"), 2) == _chars("EM")
     # The model leaves the hint ("QZ" is in it, but at its far end): nothing is proposed.
     assert draft.propose(_chars("INVOICE 2291\nITQZ"), 4) == []
+
+
+class _SideBySide:
+    """Several MarkovModels as the sequences of one context: one pass feeds a token to each named."""
+
+    def __init__(self, models: list[MarkovModel]) -> None:
+        self.models = models
+        self.passes: list[int] = []  # how many sequences each pass fed
+
+    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
+        self.passes.append(len(tokens))
+        return {sequence: self.models[sequence].append([token])[-1] for sequence, token in tokens.items()}
+
+    def is_end(self, token: int) -> bool:
+        return self.models[0].is_end(token)
+
+
+def test_lines_decoded_side_by_side_write_what_each_writes_alone_in_the_passes_of_the_longest() -> None:
+    seeds, limits = [0, 1, 2, 3], [60, 60, 60, 60]
+    alone = []
+    for seed in seeds:
+        model = MarkovModel(seed=seed, end_token=7)
+        alone.append(greedy_decode(model, _start(model), max_tokens=60))
+    models = [MarkovModel(seed=seed, end_token=7) for seed in seeds]
+    target = _SideBySide(models)
+    together = greedy_decode_together(target, [_start(model) for model in models], max_tokens=max(limits))
+    assert [g.tokens for g in together] == [g.tokens for g in alone]
+    assert [g.probabilities for g in together] == [g.probabilities for g in alone]
+    assert [g.stop_reason for g in together] == [g.stop_reason for g in alone]
+    lengths = [len(g.tokens) for g in alone]
+    assert len(set(lengths)) > 1, "the seeds must give lines of different lengths"
+    # One pass per token of the longest line, not one per token of every line; a finished line
+    # is no longer fed.
+    assert len(target.passes) == max(g.stats.steps for g in alone)
+    assert sum(target.passes) == sum(g.stats.steps for g in alone)
+    assert [g.stats.steps for g in together] == [g.stats.steps for g in alone]
+
+
+def test_lines_side_by_side_stop_each_for_its_own_reason() -> None:
+    models = [CyclingModel(period=5), MarkovModel(seed=4)]
+    guard = LoopGuard(max_period=8, min_repeats=3, min_span=24, check_every=1)
+    target = _SideBySide(models)
+    together = greedy_decode_together(target, [_start(model) for model in models], max_tokens=40, guard=guard)
+    assert together[0].stop_reason == "repetition"
+    assert together[1].stop_reason == "max_tokens"
+    assert len(together[1].tokens) == 40
+    assert len(together[0].tokens) < 40
+
+
+def test_lines_side_by_side_stop_together_at_the_deadline() -> None:
+    models = [MarkovModel(seed=0), MarkovModel(seed=1)]
+    together = greedy_decode_together(
+        _SideBySide(models), [_start(model) for model in models], max_tokens=60, deadline=time.monotonic() - 1
+    )
+    assert [g.stop_reason for g in together] == ["timeout", "timeout"]
+    assert [len(g.tokens) for g in together] == [1, 1]

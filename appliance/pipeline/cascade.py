@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -160,7 +160,7 @@ class Cascade:
         )
 
     def _refine_lines(self, image: np.ndarray, first: PageText, record: dict[str, Any]) -> PageText:
-        """The unsure lines read again one crop at a time; each failure keeps that line's ONNX read."""
+        """The unsure lines read again; each failure keeps that line's ONNX read."""
         lines = list(first.lines)
         targets = self.unsure_lines(lines)
         deadline = time.monotonic() + self._config.timeout_seconds
@@ -169,18 +169,16 @@ class Cascade:
         kept: list[str] = []
         replaced = 0
         gpu_memory: int | None = None
-        for position, index in enumerate(targets):
-            if time.monotonic() >= deadline:
-                kept.append(f"{len(targets) - position} line(s) not sent: the page's time ran out")
+        for index, second in self._second_reads(image, lines, targets, deadline):
+            if second is None:
+                left = len(targets) - targets.index(index)
+                kept.append(f"{left} line(s) not sent: the page's time ran out")
                 break
-            line = lines[index]
-            try:
-                crop = _crop(image, line, self._margin)
-                second = self._reader.read(crop, hint=line.text, deadline=deadline)
-            except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
-                log.warning("VLM read of a line failed, its ONNX read stands: %s", error)
-                kept.append(f"line {index + 1}: {type(error).__name__}: {error}")
+            if isinstance(second, Exception):
+                log.warning("VLM read of a line failed, its ONNX read stands: %s", second)
+                kept.append(f"line {index + 1}: {type(second).__name__}: {second}")
                 continue
+            line = lines[index]
             figures = ReadFigures.of(second.details, self._reader.name) or ReadFigures(decoding={})
             for key, value in figures.decoding.items():
                 decoding[key] = decoding.get(key, 0.0) + value
@@ -210,6 +208,53 @@ class Cascade:
             details={**first.details, self._reader.name: vlm_details, "cascade": record},
             review_reasons=list(first.review_reasons),
         )
+
+    def _second_reads(
+        self, image: np.ndarray, lines: list[Line], targets: list[int], deadline: float
+    ) -> Iterator[tuple[int, PageText | Exception | None]]:
+        """Each target line's second read in order: a PageText, the error it failed with, or None.
+
+        None comes once the page's time ran out; nothing after it is read.
+        A reader that reads lines side by side (`lines_together` > 1, `read_lines`) gets them in
+        groups, without the ONNX text as a draft; a group that fails is read again one line at a
+        time, so one bad crop costs only its own line. A line alone in its group is read alone,
+        drafted from its ONNX text: side by side saves passes only where there are several.
+        """
+        together = int(getattr(self._reader, "lines_together", 1))
+        read_lines = getattr(self._reader, "read_lines", None)
+        if together > 1 and read_lines is not None:
+            for start in range(0, len(targets), together):
+                if time.monotonic() >= deadline:
+                    yield targets[start], None
+                    return
+                group = targets[start : start + together]
+                if len(group) == 1:
+                    yield group[0], self._read_one(image, lines[group[0]], deadline)
+                    continue
+                try:
+                    crops = [_crop(image, lines[index], self._margin) for index in group]
+                    reads = read_lines(crops, deadline=deadline)
+                except Exception as error:  # the group read again line by line below
+                    log.warning(
+                        "VLM read of %d lines together failed, read one by one: %s", len(group), error
+                    )
+                else:
+                    yield from zip(group, reads, strict=True)
+                    continue
+                for index in group:
+                    yield index, self._read_one(image, lines[index], deadline)
+            return
+        for index in targets:
+            if time.monotonic() >= deadline:
+                yield index, None
+                return
+            yield index, self._read_one(image, lines[index], deadline)
+
+    def _read_one(self, image: np.ndarray, line: Line, deadline: float) -> PageText | Exception:
+        try:
+            return self._reader.read(_crop(image, line, self._margin), hint=line.text, deadline=deadline)
+        except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
+            return error
 
 
 def _crop(image: np.ndarray, line: Line, share: float = VLM_LINE_MARGIN) -> np.ndarray:

@@ -229,3 +229,76 @@ def greedy_decode(
         if stop_reason:
             return finish(stop_reason)
         logits = rows[accepted]
+
+
+class Sequences(Protocol):
+    """Several sequences past their prompts, decoded side by side: one pass feeds a token to each."""
+
+    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
+        """Feed one token to each sequence named; return each one's logits row after it."""
+        ...
+
+    def is_end(self, token: int) -> bool:
+        """Whether the token ends generation (end of turn, end of sequence)."""
+        ...
+
+
+def greedy_decode_together(
+    target: Sequences,
+    first_logits: Sequence[np.ndarray],
+    *,
+    max_tokens: int,
+    guard: LoopGuard | None = None,
+    deadline: float | None = None,
+    should_stop: Callable[[list[int]], bool] | None = None,
+) -> list[Generation]:
+    """Generate greedily on sequences 0..n-1 at once, from each one's logits after its prompt.
+
+    Each pass feeds the token just chosen on every sequence still writing, so n short lines cost
+    as many passes as the longest of them, not their sum: for a small model a pass is mostly fixed
+    cost (launches, host work), whatever its batch. Each sequence writes what `greedy_decode` would
+    write alone (on f32 models; batched kernels may round differently on quantized ones) and stops
+    for the same reasons. A pass's time is shared out equally among the sequences in it.
+    """
+    count = len(first_logits)
+    tokens: list[list[int]] = [[] for _ in range(count)]
+    probabilities: list[list[float]] = [[] for _ in range(count)]
+    stats = [DecodeStats() for _ in range(count)]
+    reasons: list[str | None] = [None] * count
+    logits = dict(enumerate(first_logits))
+    while True:
+        step: dict[int, int] = {}
+        for sequence, row in logits.items():
+            token = int(np.argmax(row))
+            if target.is_end(token):
+                reasons[sequence] = "end"
+                continue
+            written = tokens[sequence]
+            written.append(token)
+            probabilities[sequence].append(_probability(row, token))
+            if len(written) >= max_tokens:
+                reasons[sequence] = "max_tokens"
+            elif guard is not None and guard.looping(written):
+                reasons[sequence] = "repetition"
+            elif should_stop is not None and should_stop(written):
+                reasons[sequence] = "stop_string"
+            else:
+                step[sequence] = token
+        if step and deadline is not None and time.monotonic() > deadline:
+            for sequence in step:
+                reasons[sequence] = "timeout"
+            step = {}
+        if not step:
+            break
+        started = time.perf_counter()
+        logits = target.step(step)
+        share = (time.perf_counter() - started) * 1000 / len(step)
+        for sequence in step:
+            stats[sequence].steps += 1
+            stats[sequence].target_ms += share
+    generations = []
+    for sequence in range(count):
+        stats[sequence].generated = len(tokens[sequence])
+        reason = reasons[sequence] or "end"
+        generations.append(Generation(tokens[sequence], probabilities[sequence], reason, stats[sequence]))
+    return generations

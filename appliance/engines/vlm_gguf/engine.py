@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,12 @@ from appliance.config import VlmGgufConfig
 from appliance.document import Line
 from appliance.engines.base import PageText
 from appliance.engines.vlm_gguf import runtime
-from appliance.engines.vlm_gguf.decoding import DraftPolicy, Generation, greedy_decode
+from appliance.engines.vlm_gguf.decoding import (
+    DraftPolicy,
+    Generation,
+    greedy_decode,
+    greedy_decode_together,
+)
 from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, verify_vlm_files
@@ -91,6 +96,8 @@ class VlmGgufEngine:
         )
         # The cascade cuts a line crop with this much paper round it (engines/base.SecondReader).
         self.line_margin = self.profile.line_margin
+        # Line crops decoded side by side in one pass (read_lines); a page VLM reads one page at a time.
+        self.lines_together = config.lines_together if self.profile.line_input else 1
         self._threads = config.threads or max(1, (os.cpu_count() or 1))
         paths = {role: info.path for role, info in self._infos.items()}
         if "model" not in paths or "mmproj" not in paths:
@@ -105,8 +112,9 @@ class VlmGgufEngine:
         shape = runtime.model_shape(
             paths["model"], paths["mmproj"], paths.get("draft") if want_draft_model else None
         )
-        # One page needs its image tokens, the prompt around them and the tokens it may write.
-        min_ctx = self.profile.image_max_tokens + self.profile.max_tokens + 256
+        # One page needs its image tokens, the prompt around them and the tokens it may write. Lines
+        # read together share one cache and one prompt head: each adds its image and its output.
+        min_ctx = 256 + (self.profile.image_max_tokens + self.profile.max_tokens) * self.lines_together
         want_ctx = max(config.n_ctx or min_ctx, min_ctx)
         self.plan: MemoryPlan = plan_memory(
             shape,
@@ -150,6 +158,7 @@ class VlmGgufEngine:
             batch_cost=_linear_cost(config.draft.extra_token_cost),
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
+        self._pieces: dict[int, bytes] = {}  # each token's bytes, asked of llama.cpp once
         # Verification costs by batch size, learnt over every page this engine reads.
         self._batch_costs = BatchCosts()
 
@@ -160,7 +169,9 @@ class VlmGgufEngine:
             try:
                 self._model = runtime.TextModel(self._paths["model"], n_gpu_layers)
                 try:
-                    self._context = runtime.Context(self._model, self._settings(n_ctx, plan.kv_type))
+                    self._context = runtime.Context(
+                        self._model, self._settings(n_ctx, plan.kv_type, self.lines_together)
+                    )
                     self._projector = runtime.Projector(
                         self._paths["mmproj"],
                         self._model,
@@ -191,13 +202,14 @@ class VlmGgufEngine:
                 )
             self._draft_context = runtime.Context(self._draft_model, self._settings(n_ctx, plan.kv_type))
 
-    def _settings(self, n_ctx: int, kv_type: str) -> runtime.ContextSettings:
+    def _settings(self, n_ctx: int, kv_type: str, n_seq_max: int = 1) -> runtime.ContextSettings:
         return runtime.ContextSettings(
             n_ctx=n_ctx,
             n_batch=self._config.n_batch,
             n_threads=self._threads,
             kv_type=kv_type,
             flash_attention=self._config.flash_attention,
+            n_seq_max=n_seq_max,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -241,12 +253,79 @@ class VlmGgufEngine:
         gives the upper bound of what drafting can buy).
         """
         started = time.perf_counter()
-        height, width = image.shape[:2]
         try:
             page = self._read_page(image, hint, deadline, hint_tokens)
         finally:
             gpu_used = self._sample_gpu_memory()  # a page that failed (out of memory) counts too
         total_ms = (time.perf_counter() - started) * 1000
+        self.last_generation = page.generation
+        return self._page_text(page, image.shape, total_ms, gpu_used)
+
+    def read_lines(self, images: Sequence[np.ndarray], deadline: float | None = None) -> list[PageText]:
+        """Read BGR line crops side by side, `lines_together` at a time, one PageText per crop.
+
+        A pass feeds one token to every line still writing, so a group costs as many passes as its
+        longest line. No drafts: a pass checks one token of many lines instead of many of one. Each
+        line's timings are its share of its group's (they add up to the group's time).
+        """
+        if not self.profile.line_input:
+            raise ModelError(f"{self.profile.family} reads pages: read_lines is for a line reader")
+        read: list[PageText] = []
+        for start in range(0, len(images), self.lines_together):
+            read.extend(self._read_together(images[start : start + self.lines_together], deadline))
+        return read
+
+    def _read_together(self, images: Sequence[np.ndarray], deadline: float | None) -> list[PageText]:
+        context = self._context
+        prompt = runtime.render_prompt(self._model, self.profile.messages(self._projector.marker))
+        started = time.perf_counter()
+        try:
+            prompts = runtime.evaluate_line_prompts(
+                self._projector, context, prompt, [self._scaled(image) for image in images]
+            )
+            prompt_ms = (time.perf_counter() - started) * 1000
+            head = len(context.head)  # the cells every line shares; each line adds the rest of its prompt
+            used = head + sum(p.prompt_tokens - head for p in prompts)
+            max_tokens = min(self.profile.max_tokens, (context.n_ctx - used) // len(prompts) - 1)
+            if deadline is None and self._config.timeout_seconds_per_page:
+                deadline = time.monotonic() + self._config.timeout_seconds_per_page
+            decode_started = time.perf_counter()
+            generations = greedy_decode_together(
+                _SideBySide(context, [p.position for p in prompts]),
+                [p.logits for p in prompts],
+                max_tokens=max_tokens,
+                guard=self._guard,
+                deadline=deadline,
+                should_stop=self._hit_stop if self.profile.stop else None,
+            )
+            decode_ms = (time.perf_counter() - decode_started) * 1000
+        finally:
+            context.end_sequences()  # the head stays for the next line or group
+            gpu_used = self._sample_gpu_memory()
+        total_ms = (time.perf_counter() - started) * 1000
+        count = len(images)
+        read = []
+        for image, line_prompt, generation in zip(images, prompts, generations, strict=True):
+            details = {
+                "family": self.profile.family,
+                "prompt_tokens": line_prompt.prompt_tokens,
+                "prompt_tokens_reused": line_prompt.reused_tokens,
+                "image_tokens": line_prompt.image_tokens,
+                "prompt_ms": round(prompt_ms / count, 2),
+                "decode_ms": round(decode_ms / count, 2),
+                "stop_reason": generation.stop_reason,
+                "lines_together": count,
+                **generation.stats.to_dict(),
+            }
+            page = PageRead(self._answer(generation), generation, details)
+            read.append(self._page_text(page, image.shape, total_ms / count, gpu_used))
+        return read
+
+    def _page_text(
+        self, page: PageRead, shape: tuple[int, ...], total_ms: float, gpu_used: int | None
+    ) -> PageText:
+        """The engine's answer for one page or line: its lines in its pixels, its figures, its warnings."""
+        height, width = shape[:2]
         lines = self._lines(page.lines, width, height)
         warnings = []
         reason = CUT_SHORT.get(page.generation.stop_reason)
@@ -255,7 +334,6 @@ class VlmGgufEngine:
         details = {**page.details, "total_ms": round(total_ms, 2)}
         if gpu_used is not None:
             details["gpu_memory_used_bytes"] = gpu_used  # the device's, after the page (GpuMemory)
-        self.last_generation = page.generation
         return PageText(
             lines=lines,
             timings_ms={"vlm_encode": page.details["prompt_ms"], "vlm_decode": page.details["decode_ms"]},
@@ -263,6 +341,24 @@ class VlmGgufEngine:
             details={ENGINE_NAME: details},
             review_reasons=[f"vlm_gguf: {reason}"] if reason else [],
         )
+
+    def _piece(self, token: int) -> bytes:
+        cached = self._pieces.get(token)
+        if cached is None:
+            cached = self._pieces[token] = self._model.piece(token)
+        return cached
+
+    def _hit_stop(self, tokens: list[int]) -> bool:
+        tail = b"".join(self._piece(token) for token in tokens[-16:])
+        return any(tail.endswith(stop.encode("utf-8")) for stop in self.profile.stop)
+
+    def _answer(self, generation: Generation) -> list[TextLine]:
+        """The text lines of what the model wrote, a stop string it ended on taken off."""
+        text, confidences = spell_out([self._piece(t) for t in generation.tokens], generation.probabilities)
+        for stop in self.profile.stop:
+            if generation.stop_reason == "stop_string" and text.endswith(stop):
+                text, confidences = text[: -len(stop)], confidences[: -len(stop)]
+        return parse_answer(text, confidences, self.profile.output_format)
 
     def _sample_gpu_memory(self) -> int | None:
         """The GPUs' memory in use now, also kept as the peak; None on the CPU."""
@@ -300,20 +396,6 @@ class VlmGgufEngine:
         )
         prompt_ms = (time.perf_counter() - prompt_started) * 1000
         draft = self._draft_source(hint, result.text_tokens, hint_tokens)
-        pieces_cache: dict[int, bytes] = {}
-
-        def piece(token: int) -> bytes:
-            cached = pieces_cache.get(token)
-            if cached is None:
-                cached = pieces_cache[token] = model.piece(token)
-            return cached
-
-        stops = [stop.encode("utf-8") for stop in self.profile.stop]
-
-        def hit_stop(tokens: list[int]) -> bool:
-            tail = b"".join(piece(token) for token in tokens[-16:])
-            return any(tail.endswith(stop) for stop in stops)
-
         max_tokens = min(self.profile.max_tokens, context.n_ctx - context.position - 1)
         if deadline is None and self._config.timeout_seconds_per_page:
             deadline = time.monotonic() + self._config.timeout_seconds_per_page
@@ -326,14 +408,10 @@ class VlmGgufEngine:
             policy=self._policy,
             guard=self._guard,
             deadline=deadline,
-            should_stop=hit_stop if stops else None,
+            should_stop=self._hit_stop if self.profile.stop else None,
             costs=self._batch_costs,
         )
         decode_ms = (time.perf_counter() - decode_started) * 1000
-        text, confidences = spell_out([piece(t) for t in generation.tokens], generation.probabilities)
-        for stop in self.profile.stop:
-            if generation.stop_reason == "stop_string" and text.endswith(stop):
-                text, confidences = text[: -len(stop)], confidences[: -len(stop)]
         details: dict[str, Any] = {
             "family": self.profile.family,
             "prompt_tokens": result.prompt_tokens,
@@ -346,7 +424,7 @@ class VlmGgufEngine:
             "hint_tokens": len(hint_tokens or []),  # exact tokens given (benchmarks); 0 for a text hint
             **generation.stats.to_dict(),
         }
-        return PageRead(parse_answer(text, confidences, self.profile.output_format), generation, details)
+        return PageRead(self._answer(generation), generation, details)
 
     def _draft_source(
         self, hint: str | None, prompt_text_tokens: list[int], hint_tokens: list[int] | None
@@ -395,6 +473,25 @@ class VlmGgufEngine:
                 resource.close()
                 setattr(self, attribute, None)
         self._close_loaded()
+
+
+class _SideBySide:
+    """Lines past their prompts on sequences 0..n-1 of one context (decoding.Sequences)."""
+
+    def __init__(self, context: runtime.Context, positions: list[int]) -> None:
+        self._context = context
+        self._positions = positions
+
+    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
+        rows = self._context.feed_sequences(
+            [(sequence, self._positions[sequence], [token]) for sequence, token in tokens.items()]
+        )
+        for sequence in tokens:
+            self._positions[sequence] += 1
+        return dict(zip(tokens, rows, strict=True))
+
+    def is_end(self, token: int) -> bool:
+        return self._context.is_end(token)
 
 
 def _linear_cost(extra_token_cost: float | None) -> Callable[[int], float] | None:

@@ -236,16 +236,21 @@ class ContextSettings:
     n_threads: int
     kv_type: str  # "f16" or "q8_0"
     flash_attention: bool
+    # Sequences decoded side by side in one pass (a line reader's lines read together); they share
+    # the n_ctx cells of one cache (kv_unified) rather than a slice each.
+    n_seq_max: int = 1
 
 
 _KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
 
 
 class Context:
-    """A llama.cpp context on one sequence: feeds tokens, returns logits, forgets the newest tokens.
+    """A llama.cpp context: feeds tokens, returns logits, forgets the newest tokens.
 
-    Positions are tracked here, not derived from the token count: after an image, M-RoPE models
-    (Qwen2-VL) advance the position by the image's grid size, not by its token count.
+    Sequence 0 is the one a page or line is read on, its position tracked here, not derived from
+    the token count: after an image, M-RoPE models (Qwen2-VL) advance the position by the image's
+    grid size, not by its token count. With `n_seq_max` > 1, lines read together take sequences
+    0..n-1 (`feed_sequences`, `evaluate_line_prompts`), each with its own positions.
     """
 
     def __init__(self, model: TextModel, settings: ContextSettings) -> None:
@@ -263,6 +268,8 @@ class Context:
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
         )
         params.no_perf = True
+        params.n_seq_max = settings.n_seq_max
+        params.kv_unified = settings.n_seq_max > 1
         self.model = model
         self.settings = settings
         self.ctx = llama_cpp.llama_init_from_model(model.model, params)
@@ -272,7 +279,8 @@ class Context:
             )
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
-        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        self.n_seq_max = settings.n_seq_max
+        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
         self.position = 0
         self._positions: list[int] = []  # start position of every appended token since the last reset
         # The text tokens at the head of the cache (positions 0..n-1) that a later prompt may reuse.
@@ -336,6 +344,52 @@ class Context:
         if not rows:
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def feed_sequences(self, parts: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
+        """Feed tokens to several sequences in one pass: `(sequence, first position, tokens)` each.
+
+        Returns each part's last logits row, in the order given. Sequence 0's own position
+        (`position`, `rewind`) is not moved: the caller tracks every sequence's position.
+        """
+        entries = [
+            (sequence, first + offset, token, offset == len(tokens) - 1)
+            for sequence, first, tokens in parts
+            for offset, token in enumerate(tokens)
+        ]
+        if len(entries) > self.n_ctx:
+            raise OutOfMemoryError(f"the lines need more than the context's {self.n_ctx} tokens")
+        rows: list[np.ndarray] = []
+        n_batch = self.settings.n_batch
+        for start in range(0, len(entries), n_batch):
+            chunk = entries[start : start + n_batch]
+            batch = self._batch
+            batch.n_tokens = len(chunk)
+            for index, (sequence, position, token, wanted) in enumerate(chunk):
+                batch.token[index] = token
+                batch.pos[index] = position
+                batch.n_seq_id[index] = 1
+                batch.seq_id[index][0] = sequence
+                batch.logits[index] = wanted
+            status = llama_cpp.llama_decode(self.ctx, batch)
+            if status != 0:
+                raise OutOfMemoryError(f"llama_decode failed with status {status} on {len(parts)} lines")
+            for index, entry in enumerate(chunk):
+                if entry[3]:
+                    pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+                    rows.append(np.ctypeslib.as_array(pointer, shape=(self.model.n_vocab,)).copy())
+        return rows
+
+    def share_head(self, sequence: int) -> None:
+        """Give `sequence` the cells of sequence 0 (its head): a unified cache tags them, no copy."""
+        llama_cpp.llama_memory_seq_cp(self.memory, 0, sequence, -1, -1)
+
+    def end_sequences(self) -> None:
+        """Forget every sequence but the head of sequence 0, which the next prompt may keep."""
+        for sequence in range(1, self.n_seq_max):
+            llama_cpp.llama_memory_seq_rm(self.memory, sequence, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self.memory, 0, len(self.head), -1)
+        self.position = len(self.head)
+        self._positions = []
 
     def seal(self) -> None:
         """Make everything fed so far permanent: rewinding never reaches before this point."""
@@ -518,3 +572,97 @@ def evaluate_prompt(
             text_tokens=text_tokens,
             reused_tokens=reused,
         )
+
+
+@dataclass
+class SequencePrompt:
+    """One line's prompt fed on its own sequence: the logits after it and where the sequence stands."""
+
+    sequence: int
+    position: int  # the next token's position on this sequence
+    logits: np.ndarray
+    prompt_tokens: int
+    image_tokens: int
+    reused_tokens: int  # of prompt_tokens, the head kept in the cache (not fed again)
+
+
+def evaluate_line_prompts(
+    projector: Projector, context: Context, prompt: str, images_rgb: Sequence[np.ndarray]
+) -> list[SequencePrompt]:
+    """Feed one prompt per image, image i on sequence i, for decoding them side by side.
+
+    The prompt must be text, the image, text (a line reader's). Its head, the text before the
+    image, is fed once on sequence 0 (or kept from the previous prompt) and shared by the others;
+    each image is encoded and fed on its own sequence, then every tail in one pass. The caller
+    ends with `Context.end_sequences`, also when this raises.
+    """
+    if len(images_rgb) > context.n_seq_max:
+        raise ValueError(f"{len(images_rgb)} lines, but the context holds {context.n_seq_max} sequences")
+    with contextlib.ExitStack() as stack:
+        chunk_lists = [stack.enter_context(prompt_chunks(projector, prompt, image)) for image in images_rgb]
+        layout = (
+            mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT,
+            mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE,
+            mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT,
+        )
+        chunks = []
+        for chunk_list in chunk_lists:
+            parts = [
+                mtmd_cpp.mtmd_input_chunks_get(chunk_list, index)
+                for index in range(mtmd_cpp.mtmd_input_chunks_size(chunk_list))
+            ]
+            if tuple(mtmd_cpp.mtmd_input_chunk_get_type(part) for part in parts) != layout:
+                raise ModelError("lines are read together only with a prompt of text, one image, text")
+            chunks.append(parts)
+        head = _chunk_tokens(chunks[0][0])
+        reused = len(head) if context.keep_head(head) else 0
+        if not reused:
+            context.reset()
+            context.append(head, logits=False)
+            context.head = list(head)
+        # Every sequence takes the head before any image goes on sequence 0 (a later copy would
+        # take that image along).
+        for sequence in range(1, len(chunks)):
+            context.share_head(sequence)
+        positions = [len(head)] * len(chunks)
+        image_tokens = [0] * len(chunks)
+        for sequence, parts in enumerate(chunks):
+            image_tokens[sequence] = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(parts[1]))
+            new_position = llama_cpp.llama_pos(0)
+            status = mtmd_cpp.mtmd_helper_eval_chunk_single(
+                projector.ctx,
+                context.ctx,
+                parts[1],
+                positions[sequence],
+                sequence,
+                context.settings.n_batch,
+                False,
+                ctypes.byref(new_position),
+            )
+            if status != 0:
+                raise OutOfMemoryError(
+                    f"libmtmd could not encode or decode line {sequence + 1} (status {status})"
+                )
+            positions[sequence] = int(new_position.value)
+        tails = [_chunk_tokens(parts[2]) for parts in chunks]
+        rows = context.feed_sequences(
+            [(sequence, positions[sequence], tail) for sequence, tail in enumerate(tails)]
+        )
+        return [
+            SequencePrompt(
+                sequence=sequence,
+                position=positions[sequence] + len(tails[sequence]),
+                logits=rows[sequence],
+                prompt_tokens=len(head) + image_tokens[sequence] + len(tails[sequence]),
+                image_tokens=image_tokens[sequence],
+                reused_tokens=reused,
+            )
+            for sequence in range(len(chunks))
+        ]
+
+
+def _chunk_tokens(chunk: Any) -> list[int]:
+    """The token ids of a text chunk (libmtmd)."""
+    n_tokens = ctypes.c_size_t()
+    pointer = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n_tokens))
+    return [pointer[i] for i in range(n_tokens.value)]
