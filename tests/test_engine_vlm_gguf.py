@@ -214,7 +214,6 @@ def test_a_line_reader_keeps_everything_before_the_image_and_reads_the_same() ->
         page.close()
 
 
-
 def _text(page: PageText) -> str:
     return "\n".join(line.text for line in page.lines)
 
