@@ -9,7 +9,7 @@ import pytest
 from appliance.config import PreprocessConfig
 from appliance.engines.base import OrientationEvidence, PageText
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.pipeline.preprocess import filters, preprocess, read_page
+from appliance.pipeline.preprocess import filters, preprocess, read_page, seals
 from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotate_quarter
 from appliance.pipeline.preprocess.orientation import read_upright
 from appliance.pipeline.preprocess.transform import PageTransform
@@ -113,6 +113,18 @@ def test_red_seal_is_found_lifted_and_recorded() -> None:
     ring = result.image[200, 500 - 90]
     assert ring.min() > 180  # the red ink is paper now
     assert result.image[:, :, 0].min() < 60  # the black text under it is not
+
+
+def test_red_mask_takes_the_hues_within_ten_of_red_saturated_and_not_dark() -> None:
+    # Every hue, saturation and value: the mask is exactly the rule its docstring states.
+    hsv = np.stack(np.meshgrid(np.arange(180), np.arange(0, 256, 5), np.arange(0, 256, 5)), -1)
+    page = cv2.cvtColor(hsv.reshape(-1, 1, 3).astype(np.uint8), cv2.COLOR_HSV2BGR)
+    seen = cv2.cvtColor(page, cv2.COLOR_BGR2HSV).astype(int)
+    hue, sat, val = seen[..., 0], seen[..., 1], seen[..., 2]
+    expected = ((hue <= 10) | (hue >= 160)) & (sat >= 80) & (val >= 70)
+    mask = seals.red_mask(page, 80)
+    assert mask.dtype == np.uint8 and set(np.unique(mask)) == {0, 255}
+    assert np.array_equal(mask == 255, expected)
 
 
 def test_red_heading_is_not_a_seal() -> None:
