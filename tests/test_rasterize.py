@@ -14,7 +14,7 @@ from PIL import Image, TiffImagePlugin
 
 from appliance.config import RasterizeConfig
 from appliance.errors import DocumentError, FailureReason
-from appliance.pipeline.rasterize import Rasterizer, RasterPage, sniff_media_type
+from appliance.pipeline.rasterize import Rasterizer, RasterPage, _to_bgr, sniff_media_type
 from tests.fixtures_files import (
     blank_pdf,
     count_bars,
@@ -107,6 +107,15 @@ def test_palette_png_keeps_its_colours_and_palette_transparency_is_white(tmp_pat
     (page,) = rasterize(save(transparent, tmp_path / "ptrans.png", "PNG", transparency=1))
     assert_colour(page.image[5, 2], (0, 0, 0))
     assert_colour(page.image[5, 15], (255, 255, 255))  # ...but index 1 is transparent
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "P", "RGB", "CMYK", "YCbCr"])
+def test_every_opaque_mode_becomes_its_rgb_conversion_in_bgr_order(mode: str) -> None:
+    pixels = np.random.default_rng(3).integers(0, 256, (23, 37, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels).convert(mode)
+    bgr = _to_bgr(image)
+    assert bgr.dtype == np.uint8 and bgr.shape == (23, 37, 3) and bgr.flags.c_contiguous
+    assert np.array_equal(bgr, np.asarray(image.convert("RGB"))[:, :, ::-1])
 
 
 def test_16_bit_grey_png_is_scaled_to_8_bits(tmp_path: Path) -> None:
