@@ -9,7 +9,7 @@ import pytest
 from appliance.config import PreprocessConfig
 from appliance.engines.base import OrientationEvidence, PageText
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.pipeline.preprocess import filters, preprocess, read_page, seals
+from appliance.pipeline.preprocess import deskew, filters, preprocess, read_page, seals
 from appliance.pipeline.preprocess.deskew import estimate_skew, rotate_by, rotate_quarter
 from appliance.pipeline.preprocess.orientation import read_upright
 from appliance.pipeline.preprocess.transform import PageTransform
@@ -113,6 +113,14 @@ def test_red_seal_is_found_lifted_and_recorded() -> None:
     ring = result.image[200, 500 - 90]
     assert ring.min() > 180  # the red ink is paper now
     assert result.image[:, :, 0].min() < 60  # the black text under it is not
+
+
+def test_sharpness_sums_the_squared_steps_of_the_ink_profile() -> None:
+    # Two points on row 0, three on row 2, none between: the profile is 2, 0, 3.
+    points = np.array([[0, 0], [5, 0], [1, 2], [2, 2], [9, 2]], dtype=np.float64)
+    assert deskew._sharpness(deskew._columns(points), 0.0) == (0 - 2) ** 2 + (3 - 0) ** 2
+    # Turned a quarter, they project onto x: 1, 1, 1, 0, 0, 1, 0, 0, 0, 1 (columns 0 to 9), four steps.
+    assert deskew._sharpness(deskew._columns(points), -90.0) == 4
 
 
 def test_red_mask_takes_the_hues_within_ten_of_red_saturated_and_not_dark() -> None:

@@ -66,19 +66,32 @@ def ink_points(page: np.ndarray, seed: int = 0) -> np.ndarray:
     return centred
 
 
-def _sharpness(points: np.ndarray, angle: float) -> float:
+def _columns(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """-x and y of the points as contiguous arrays, made once for every angle tried."""
+    return np.ascontiguousarray(-points[:, 0]), np.ascontiguousarray(points[:, 1])
+
+
+def _sharpness(columns: tuple[np.ndarray, np.ndarray], angle: float) -> float:
+    """The sum of squared neighbour differences of the ink's profile across lines at `angle`.
+
+    The profile's counts are differenced and squared as integers: the sum is the one float64
+    gave (every partial sum is an integer far below 2**53), without converting the counts.
+    """
+    negative_x, y = columns
     theta = np.deg2rad(angle)
-    across = -points[:, 0] * np.sin(theta) + points[:, 1] * np.cos(theta)
-    profile = np.bincount((across - across.min()).astype(np.int64)).astype(np.float64)
+    across = negative_x * np.sin(theta) + y * np.cos(theta)
+    across -= across.min()
+    profile = np.bincount(across.astype(np.int64))
     return float(np.sum(np.diff(profile) ** 2))
 
 
 def _best_angle(points: np.ndarray, max_angle: float) -> tuple[float, float]:
+    columns = _columns(points)
     coarse = np.arange(-max_angle, max_angle + 1e-9, _COARSE_STEP)
-    scores = [_sharpness(points, a) for a in coarse]
+    scores = [_sharpness(columns, a) for a in coarse]
     centre = float(coarse[int(np.argmax(scores))])
     fine = np.arange(centre - _COARSE_STEP, centre + _COARSE_STEP + 1e-9, _FINE_STEP)
-    fine_scores = [_sharpness(points, a) for a in fine]
+    fine_scores = [_sharpness(columns, a) for a in fine]
     best = int(np.argmax(fine_scores))
     return float(fine[best]), float(fine_scores[best])
 
