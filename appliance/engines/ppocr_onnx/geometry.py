@@ -52,17 +52,12 @@ def span_box(quad: np.ndarray, start: float, end: float, turned_90: bool, flippe
     if flipped:
         start, end = 1.0 - end, 1.0 - start
     start, end = max(0.0, start), min(1.0, end)
-    p0, p1, p2, p3 = (quad[i].astype(np.float64) for i in range(4))
-    if turned_90:
-        edge_a, edge_b = (p1, p2), (p0, p3)
-    else:
-        edge_a, edge_b = (p0, p1), (p3, p2)
-    corners = np.array(
-        [
-            edge_a[0] + (edge_a[1] - edge_a[0]) * start,
-            edge_a[0] + (edge_a[1] - edge_a[0]) * end,
-            edge_b[0] + (edge_b[1] - edge_b[0]) * end,
-            edge_b[0] + (edge_b[1] - edge_b[0]) * start,
-        ]
-    )
-    return quad_to_box(corners)
+    # On Python floats, not 2-element arrays: a line has a word box per word, and numpy's cost
+    # a call dwarfs four multiply-adds. The same double arithmetic, so the same boxes.
+    p0, p1, p2, p3 = quad.tolist()
+    edge_a, edge_b = ((p1, p2), (p0, p3)) if turned_90 else ((p0, p1), (p3, p2))
+    xs, ys = [], []
+    for (a, b), share in ((edge_a, start), (edge_a, end), (edge_b, end), (edge_b, start)):
+        xs.append(a[0] + (b[0] - a[0]) * share)
+        ys.append(a[1] + (b[1] - a[1]) * share)
+    return (min(xs), min(ys), max(xs), max(ys))
