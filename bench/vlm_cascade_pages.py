@@ -1,0 +1,128 @@
+"""The line cascade page by page with a GGUF line reader: its cost a page, one line at a time or side by side.
+
+Usage::
+
+    python -m bench.vlm_cascade_pages --model-dir DIR DATA [--limit N] [--threads T]
+        [--together 1 8 ...] [--min-confidence C] [--device auto|cpu|gpu] [--json OUT]
+
+DIR holds a `qwen2vl_line` GGUF model, its mmproj and manifest.json; DATA a page set with ground
+truth (`gt/*.json`, as bench.ocr_bench reads). The appliance's ONNX engine reads each page once;
+then the cascade (`unit: lines`, `mode: below_threshold`) sends that read's unsure lines to the
+line reader, once per `--together` setting (`engine.vlm_gguf.lines_together`; 1: one line at a
+time, drafted from the ONNX text), the settings taking turns page by page. Each page's crops are
+the ones the appliance cuts, and a page's lines are grouped only with each other, as in the
+daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
+that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
+against the ONNX read alone. Pages are read as they are, without the appliance's preprocessing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import cv2
+
+from appliance.config import CascadeConfig, EngineConfig, VlmGgufConfig
+from appliance.engines.factory import build_engine
+from appliance.engines.vlm_gguf.engine import VlmGgufEngine
+from appliance.pipeline.cascade import Cascade
+from bench.ocr_bench import load_dataset
+from bench.scoring import PageScore, TextLine, micro_average, score_page
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    parser.add_argument("--together", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument("--json", type=Path, dest="json_out")
+    args = parser.parse_args()
+
+    pages, case_insensitive = load_dataset(args.data, args.limit)
+    onnx = build_engine(EngineConfig())
+    cascade_config = CascadeConfig(mode="below_threshold", unit="lines", min_confidence=args.min_confidence)
+    readers = {
+        size: VlmGgufEngine(
+            VlmGgufConfig.model_validate(
+                {
+                    "model_dir": args.model_dir,
+                    "device": args.device,
+                    "threads": args.threads,
+                    "lines_together": size,
+                }
+            )
+        )
+        for size in args.together
+    }
+    cascades = {size: Cascade(reader, cascade_config) for size, reader in readers.items()}
+    onnx_scores: list[PageScore] = []
+    scores: dict[int, list[PageScore]] = {size: [] for size in cascades}
+    vlm_ms: dict[int, list[float]] = {size: [] for size in cascades}
+    decode_ms: dict[int, list[float]] = {size: [] for size in cascades}
+    sent: list[int] = []
+    for page in pages:
+        image = cv2.imread(str(page.image), cv2.IMREAD_COLOR)
+        if image is None:
+            raise SystemExit(f"cannot read {page.image}")
+        first = onnx.recognize(image)
+        onnx_scores.append(score_page(page.lines, _text_lines(first.lines), case_insensitive))
+        for size, cascade in cascades.items():
+            started = time.perf_counter()
+            refined = cascade.refine(image, first)
+            elapsed = (time.perf_counter() - started) * 1000
+            scores[size].append(score_page(page.lines, _text_lines(refined.lines), case_insensitive))
+            count = int(refined.details.get("cascade", {}).get("lines_sent", 0))
+            if size == next(iter(cascades)):
+                sent.append(count)
+            if count:
+                vlm_ms[size].append(elapsed)
+                decode_ms[size].append(float(refined.timings_ms.get("vlm_decode", 0.0)))
+    for reader in readers.values():
+        reader.close()
+    onnx.close()
+
+    onnx_set = micro_average(onnx_scores)
+    sending = sum(1 for count in sent if count)
+    report: dict[str, Any] = {
+        "pages": len(pages),
+        "pages_sending": sending,
+        "lines_sent": sum(sent),
+        "onnx": {"cer": onnx_set.cer_geo, "cer_spaced": onnx_set.cer_geo_spaced},
+    }
+    print(
+        f"{len(pages)} pages, {sending} sent {sum(sent)} lines (up to {max(sent, default=0)} a page); "
+        f"ONNX alone CER {onnx_set.cer_geo:.2%} / {onnx_set.cer_geo_spaced:.2%} spaced"
+    )
+    print("together  VLM ms a sending page (mean)  of it decoding  CER      spaced")
+    for size in cascades:
+        figures = micro_average(scores[size])
+        mean_ms = sum(vlm_ms[size]) / max(len(vlm_ms[size]), 1)
+        mean_decode = sum(decode_ms[size]) / max(len(decode_ms[size]), 1)
+        report[str(size)] = {
+            "vlm_ms_mean": mean_ms,
+            "decode_ms_mean": mean_decode,
+            "cer": figures.cer_geo,
+            "cer_spaced": figures.cer_geo_spaced,
+        }
+        print(
+            f"{size:>8}  {mean_ms:30.1f}  {mean_decode:14.1f}  {figures.cer_geo:6.2%}  "
+            f"{figures.cer_geo_spaced:6.2%}"
+        )
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+
+
+def _text_lines(lines: list[Any]) -> list[TextLine]:
+    return [TextLine(line.text, line.box) for line in lines]
+
+
+if __name__ == "__main__":
+    main()
