@@ -159,6 +159,7 @@ class VlmGgufEngine:
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
         self._pieces: dict[int, bytes] = {}  # each token's bytes, asked of llama.cpp once
+        self._stops = [stop.encode("utf-8") for stop in self.profile.stop]
         # Verification costs by batch size, learnt over every page this engine reads.
         self._batch_costs = BatchCosts()
 
@@ -350,7 +351,7 @@ class VlmGgufEngine:
 
     def _hit_stop(self, tokens: list[int]) -> bool:
         tail = b"".join(self._piece(token) for token in tokens[-16:])
-        return any(tail.endswith(stop.encode("utf-8")) for stop in self.profile.stop)
+        return any(tail.endswith(stop) for stop in self._stops)
 
     def _answer(self, generation: Generation) -> list[TextLine]:
         """The text lines of what the model wrote, a stop string it ended on taken off."""
