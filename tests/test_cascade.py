@@ -275,3 +275,15 @@ def test_lines_read_together_go_in_groups_and_a_failed_or_lone_line_is_read_alon
     # Lines read together get no draft; a line read alone gets its ONNX text.
     assert reader.hints == [None, None, "C3", "D4", "E5"]
     assert result.details["cascade"]["lines_replaced"] == 5 and result.details["cascade"]["lines_kept"] == []
+
+
+def test_lines_read_together_are_not_sent_once_the_page_time_runs_out() -> None:
+    first = PageText(
+        lines=[_onnx_line(text, 20.0 + 40 * i, 0.5) for i, text in enumerate(["A1", "B2", "C3"])]
+    )
+    reader = _SideBySideReader([[["A7"], ["B8"]]], answers={})
+    config = CascadeConfig(mode="always", unit="lines", timeout_seconds=1e-9)
+    result = Cascade(reader, config).refine(PAGE, first)
+    assert reader.group_sizes == [] and reader.hints == []
+    assert [line.text for line in result.lines] == ["A1", "B2", "C3"]
+    assert result.details["cascade"]["lines_kept"] == ["3 line(s) not sent: the page's time ran out"]

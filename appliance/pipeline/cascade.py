@@ -222,33 +222,25 @@ class Cascade:
         """
         together = int(getattr(self._reader, "lines_together", 1))
         read_lines = getattr(self._reader, "read_lines", None)
-        if together > 1 and read_lines is not None:
-            for start in range(0, len(targets), together):
-                if time.monotonic() >= deadline:
-                    yield targets[start], None
-                    return
-                group = targets[start : start + together]
-                if len(group) == 1:
-                    yield group[0], self._read_one(image, lines[group[0]], deadline)
-                    continue
+        size = together if together > 1 and read_lines is not None else 1
+        for start in range(0, len(targets), size):
+            group = targets[start : start + size]
+            if len(group) > 1 and read_lines is not None and time.monotonic() < deadline:
                 try:
                     crops = [_crop(image, lines[index], self._margin) for index in group]
                     reads = read_lines(crops, deadline=deadline)
-                except Exception as error:  # the group read again line by line below
+                except Exception as error:  # the group is read again line by line below
                     log.warning(
                         "VLM read of %d lines together failed, read one by one: %s", len(group), error
                     )
                 else:
                     yield from zip(group, reads, strict=True)
                     continue
-                for index in group:
-                    yield index, self._read_one(image, lines[index], deadline)
-            return
-        for index in targets:
-            if time.monotonic() >= deadline:
-                yield index, None
-                return
-            yield index, self._read_one(image, lines[index], deadline)
+            for index in group:
+                if time.monotonic() >= deadline:
+                    yield index, None
+                    return
+                yield index, self._read_one(image, lines[index], deadline)
 
     def _read_one(self, image: np.ndarray, line: Line, deadline: float) -> PageText | Exception:
         try:
