@@ -262,6 +262,12 @@ def test_duplicate_content_gets_the_earlier_result_without_reading_again(running
     assert wait_for(lambda: running.daemon.stats.done == 1)
     (running.folders.inbox / "second.png").write_bytes(data)
     assert wait_for((running.folders.out / "second.png.json").exists)
+    # The result is issued again before the journal records the job done: wait for the record.
+    assert wait_for(
+        lambda: any(
+            job.name == "second.png" and job.state is JobState.DONE for job in running.daemon.journal.jobs()
+        )
+    )
     first, second = sorted(running.daemon.journal.jobs(), key=lambda job: job.created_at)
     assert second.duplicate_of == first.id
     assert second.attempts == 0, "a duplicate is never sent to a worker"
