@@ -316,19 +316,14 @@ class Context:
             last_part = start + n_batch >= len(tokens)
             if self.position + len(part) > self.n_ctx:
                 raise OutOfMemoryError(f"the page needs more than the context's {self.n_ctx} tokens")
-            batch = self._batch
-            batch.n_tokens = len(part)
-            for index, token in enumerate(part):
-                batch.token[index] = token
-                batch.pos[index] = self.position + index
-                batch.n_seq_id[index] = 1
-                batch.seq_id[index][0] = 0
-                batch.logits[index] = want_all or (last_part and index == len(part) - 1)
-            status = llama_cpp.llama_decode(self.ctx, batch)
-            if status != 0:
-                raise OutOfMemoryError(
-                    f"llama_decode failed with status {status} at position {self.position}"
-                )
+            last = len(part) - 1
+            self._decode(
+                [
+                    (0, self.position + index, token, want_all or (last_part and index == last))
+                    for index, token in enumerate(part)
+                ],
+                f"at position {self.position}",
+            )
             for index in range(len(part)):
                 self._positions.append(self.position + index)
             self.position += len(part)
@@ -362,22 +357,26 @@ class Context:
         n_batch = self.settings.n_batch
         for start in range(0, len(entries), n_batch):
             chunk = entries[start : start + n_batch]
-            batch = self._batch
-            batch.n_tokens = len(chunk)
-            for index, (sequence, position, token, wanted) in enumerate(chunk):
-                batch.token[index] = token
-                batch.pos[index] = position
-                batch.n_seq_id[index] = 1
-                batch.seq_id[index][0] = sequence
-                batch.logits[index] = wanted
-            status = llama_cpp.llama_decode(self.ctx, batch)
-            if status != 0:
-                raise OutOfMemoryError(f"llama_decode failed with status {status} on {len(parts)} lines")
+            self._decode(chunk, f"on {len(parts)} lines")
             for index, entry in enumerate(chunk):
                 if entry[3]:
                     pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
                     rows.append(np.ctypeslib.as_array(pointer, shape=(self.model.n_vocab,)).copy())
         return rows
+
+    def _decode(self, entries: Sequence[tuple[int, int, int, bool]], where: str) -> None:
+        """One llama_decode of `(sequence, position, token, wants logits)` entries, n_batch at most."""
+        batch = self._batch
+        batch.n_tokens = len(entries)
+        for index, (sequence, position, token, wanted) in enumerate(entries):
+            batch.token[index] = token
+            batch.pos[index] = position
+            batch.n_seq_id[index] = 1
+            batch.seq_id[index][0] = sequence
+            batch.logits[index] = wanted
+        status = llama_cpp.llama_decode(self.ctx, batch)
+        if status != 0:
+            raise OutOfMemoryError(f"llama_decode failed with status {status} {where}")
 
     def share_head(self, sequence: int) -> None:
         """Give `sequence` the cells of sequence 0 (its head): a unified cache tags them, no copy."""
@@ -518,21 +517,16 @@ def evaluate_prompt(
             chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, index)
             kind = mtmd_cpp.mtmd_input_chunk_get_type(chunk)
             if kind == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_TEXT:
-                n_tokens = ctypes.c_size_t()
-                pointer = mtmd_cpp.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n_tokens))
-                tokens = [pointer[i] for i in range(n_tokens.value)]
+                tokens = _chunk_tokens(chunk)
                 text_tokens.extend(tokens)
                 prompt_tokens += len(tokens)
+                # Only a head that an image follows is worth keeping for the next prompt.
+                if index == 0 and count > 1:
+                    reused = _feed_head(context, tokens, reuse_head)
+                    continue
                 if index == 0:
-                    if reuse_head and count > 1 and context.keep_head(tokens):
-                        reused = len(tokens)
-                        continue
                     context.reset()
-                    rows = context.append(tokens, logits=False)
-                    # Only a head that an image follows is worth keeping for the next prompt.
-                    context.head = list(tokens) if count > 1 else []
-                else:
-                    rows = context.append(tokens, logits=False)
+                rows = context.append(tokens, logits=False)
                 logits = rows[-1] if len(rows) else None
             else:
                 if index == 0:
@@ -543,24 +537,9 @@ def evaluate_prompt(
                         f"the page image needs {n_tokens_chunk} tokens;"
                         f" the context has {context.n_ctx - context.position} left"
                     )
-                new_position = llama_cpp.llama_pos(0)
-                status = mtmd_cpp.mtmd_helper_eval_chunk_single(
-                    projector.ctx,
-                    context.ctx,
-                    chunk,
-                    context.position,
-                    0,
-                    context.settings.n_batch,
-                    False,
-                    ctypes.byref(new_position),
-                )
-                if status != 0:
-                    raise OutOfMemoryError(
-                        f"libmtmd could not encode or decode the page image (status {status})"
-                    )
+                context.position = _feed_image(projector, context, chunk, context.position, 0)
                 image_tokens += n_tokens_chunk
                 prompt_tokens += n_tokens_chunk
-                context.position = int(new_position.value)
                 logits = None
         if logits is None:
             raise ModelError("the prompt ends with the image: the family's template must add text after it")
@@ -587,12 +566,17 @@ class SequencePrompt:
 
 
 def evaluate_line_prompts(
-    projector: Projector, context: Context, prompt: str, images_rgb: Sequence[np.ndarray]
+    projector: Projector,
+    context: Context,
+    prompt: str,
+    images_rgb: Sequence[np.ndarray],
+    reuse_head: bool = False,
 ) -> list[SequencePrompt]:
     """Feed one prompt per image, image i on sequence i, for decoding them side by side.
 
     The prompt must be text, the image, text (a line reader's). Its head, the text before the
-    image, is fed once on sequence 0 (or kept from the previous prompt) and shared by the others;
+    image, is fed once on sequence 0 (or kept from the previous prompt, with `reuse_head`) and shared
+    by the others;
     each image is encoded and fed on its own sequence, then every tail in one pass. The caller
     ends with `Context.end_sequences`, also when this raises.
     """
@@ -615,11 +599,7 @@ def evaluate_line_prompts(
                 raise ModelError("lines are read together only with a prompt of text, one image, text")
             chunks.append(parts)
         head = _chunk_tokens(chunks[0][0])
-        reused = len(head) if context.keep_head(head) else 0
-        if not reused:
-            context.reset()
-            context.append(head, logits=False)
-            context.head = list(head)
+        reused = _feed_head(context, head, reuse_head)
         # Every sequence takes the head before any image goes on sequence 0 (a later copy would
         # take that image along).
         for sequence in range(1, len(chunks)):
@@ -628,22 +608,7 @@ def evaluate_line_prompts(
         image_tokens = [0] * len(chunks)
         for sequence, parts in enumerate(chunks):
             image_tokens[sequence] = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(parts[1]))
-            new_position = llama_cpp.llama_pos(0)
-            status = mtmd_cpp.mtmd_helper_eval_chunk_single(
-                projector.ctx,
-                context.ctx,
-                parts[1],
-                positions[sequence],
-                sequence,
-                context.settings.n_batch,
-                False,
-                ctypes.byref(new_position),
-            )
-            if status != 0:
-                raise OutOfMemoryError(
-                    f"libmtmd could not encode or decode line {sequence + 1} (status {status})"
-                )
-            positions[sequence] = int(new_position.value)
+            positions[sequence] = _feed_image(projector, context, parts[1], positions[sequence], sequence)
         tails = [_chunk_tokens(parts[2]) for parts in chunks]
         rows = context.feed_sequences(
             [(sequence, positions[sequence], tail) for sequence, tail in enumerate(tails)]
@@ -659,6 +624,38 @@ def evaluate_line_prompts(
             )
             for sequence in range(len(chunks))
         ]
+
+
+def _feed_head(context: Context, tokens: list[int], reuse: bool) -> int:
+    """The prompt's text before its image at the start of the cache, on sequence 0.
+
+    Kept from the previous prompt when `reuse` and it is the same (Context.keep_head), else fed
+    afresh and remembered for the next prompt. Returns how many tokens were kept (0: fed).
+    """
+    if reuse and context.keep_head(tokens):
+        return len(tokens)
+    context.reset()
+    context.append(tokens, logits=False)
+    context.head = list(tokens)
+    return 0
+
+
+def _feed_image(projector: Projector, context: Context, chunk: Any, position: int, sequence: int) -> int:
+    """Encode an image chunk (libmtmd) and feed it on `sequence` from `position`; the next position."""
+    new_position = llama_cpp.llama_pos(0)
+    status = mtmd_cpp.mtmd_helper_eval_chunk_single(
+        projector.ctx,
+        context.ctx,
+        chunk,
+        position,
+        sequence,
+        context.settings.n_batch,
+        False,
+        ctypes.byref(new_position),
+    )
+    if status != 0:
+        raise OutOfMemoryError(f"libmtmd could not encode or decode the image (status {status})")
+    return int(new_position.value)
 
 
 def _chunk_tokens(chunk: Any) -> list[int]:
