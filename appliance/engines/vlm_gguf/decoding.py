@@ -121,6 +121,22 @@ def _probability(row: np.ndarray, token: int) -> float:
     return float(weights[token]) / float(np.einsum("i->", weights))
 
 
+def _stop_reason(
+    tokens: list[int],
+    max_tokens: int,
+    guard: LoopGuard | None,
+    should_stop: Callable[[list[int]], bool] | None,
+) -> str | None:
+    """Why generation stops after the token just written, if it does (an end token aside)."""
+    if len(tokens) >= max_tokens:
+        return "max_tokens"
+    if guard is not None and guard.looping(tokens):
+        return "repetition"
+    if should_stop is not None and should_stop(tokens):
+        return "stop_string"
+    return None
+
+
 def greedy_decode(
     target: Target,
     first_logits: np.ndarray,
@@ -163,12 +179,9 @@ def greedy_decode(
         written_started = time.perf_counter()
         tokens.append(token)
         probabilities.append(_probability(logits, token))
-        if len(tokens) >= max_tokens:
-            return finish("max_tokens")
-        if guard is not None and guard.looping(tokens):
-            return finish("repetition")
-        if should_stop is not None and should_stop(tokens):
-            return finish("stop_string")
+        reason = _stop_reason(tokens, max_tokens, guard, should_stop)
+        if reason:
+            return finish(reason)
         written_ms = (time.perf_counter() - written_started) * 1000
         if deadline is not None and time.monotonic() > deadline:
             return finish("timeout")
@@ -197,12 +210,7 @@ def greedy_decode(
             written_started = time.perf_counter()
             tokens.append(proposed)
             probabilities.append(_probability(rows[index], proposed))
-            if len(tokens) >= max_tokens:
-                stop_reason = "max_tokens"
-            elif guard is not None and guard.looping(tokens):
-                stop_reason = "repetition"
-            elif should_stop is not None and should_stop(tokens):
-                stop_reason = "stop_string"
+            stop_reason = _stop_reason(tokens, max_tokens, guard, should_stop)
             written_ms += (time.perf_counter() - written_started) * 1000
             if stop_reason:
                 break
@@ -276,13 +284,8 @@ def greedy_decode_together(
             written = tokens[sequence]
             written.append(token)
             probabilities[sequence].append(_probability(row, token))
-            if len(written) >= max_tokens:
-                reasons[sequence] = "max_tokens"
-            elif guard is not None and guard.looping(written):
-                reasons[sequence] = "repetition"
-            elif should_stop is not None and should_stop(written):
-                reasons[sequence] = "stop_string"
-            else:
+            reasons[sequence] = _stop_reason(written, max_tokens, guard, should_stop)
+            if reasons[sequence] is None:
                 step[sequence] = token
         if step and deadline is not None and time.monotonic() > deadline:
             for sequence in step:
