@@ -313,18 +313,9 @@ class VlmGgufEngine:
         count = len(images)
         read = []
         for image, line_prompt, generation in zip(images, prompts, generations, strict=True):
-            details = {
-                "family": self.profile.family,
-                "prompt_tokens": line_prompt.prompt_tokens,
-                "prompt_tokens_reused": line_prompt.reused_tokens,
-                "image_tokens": line_prompt.image_tokens,
-                "prompt_ms": round(prompt_ms / count, 2),
-                "decode_ms": round(decode_ms / count, 2),
-                "stop_reason": generation.stop_reason,
-                "lines_together": count,
-                **generation.stats.to_dict(),
-            }
-            page = PageRead(self._answer(generation), generation, details)
+            page = self._page_read(
+                line_prompt, generation, prompt_ms / count, decode_ms / count, lines_together=count
+            )
             read.append(self._page_text(page, image.shape, total_ms / count, gpu_used))
         return read
 
@@ -421,16 +412,33 @@ class VlmGgufEngine:
             costs=self._batch_costs,
         )
         decode_ms = (time.perf_counter() - decode_started) * 1000
+        return self._page_read(
+            result,
+            generation,
+            prompt_ms,
+            decode_ms,
+            hint_chars=len(hint or ""),
+            hint_tokens=len(hint_tokens or []),  # exact tokens given (benchmarks); 0 for a text hint
+        )
+
+    def _page_read(
+        self,
+        prompt: runtime.PromptResult | runtime.SequencePrompt,
+        generation: Generation,
+        prompt_ms: float,
+        decode_ms: float,
+        **extra: int,
+    ) -> PageRead:
+        """What the model wrote for one page or line, with what its prompt and decoding cost."""
         details: dict[str, Any] = {
             "family": self.profile.family,
-            "prompt_tokens": result.prompt_tokens,
-            "prompt_tokens_reused": result.reused_tokens,
-            "image_tokens": result.image_tokens,
+            "prompt_tokens": prompt.prompt_tokens,
+            "prompt_tokens_reused": prompt.reused_tokens,
+            "image_tokens": prompt.image_tokens,
             "prompt_ms": round(prompt_ms, 2),
             "decode_ms": round(decode_ms, 2),
             "stop_reason": generation.stop_reason,
-            "hint_chars": len(hint or ""),
-            "hint_tokens": len(hint_tokens or []),  # exact tokens given (benchmarks); 0 for a text hint
+            **extra,
             **generation.stats.to_dict(),
         }
         return PageRead(self._answer(generation), generation, details)
