@@ -57,7 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.config import CascadeConfig, OnnxReaderConfig, VlmGgufConfig
+from appliance.engines.base import PageText
 from appliance.engines.text_lines import make_line
+from appliance.engines.vlm_gguf.decoding import DecodeStats
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.line_image import prepare_line
 from appliance.pipeline.cascade import line_read_again
@@ -190,17 +192,15 @@ def main() -> None:
             for line_page in group_read:
                 _record(together_run, line_page, None, "together")
     unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
-    unsure_together_ms = (
-        [
-            sum(
-                page.details["vlm_gguf"]["decode_ms"]
-                for page in together.read_lines([lines_in[i] for i in rows])
+    # The unsure lines read N at a time (across pages here; the cascade groups within a page).
+    unsure_together_ms: list[float] = []
+    if together is not None:
+        for start in range(0, len(unsure), group):
+            rows = unsure[start : start + group]
+            rows_read = together.read_lines([lines_in[i] for i in rows])
+            unsure_together_ms.append(
+                sum(line_page.details["vlm_gguf"]["decode_ms"] for line_page in rows_read)
             )
-            for rows in (unsure[s : s + group] for s in range(0, len(unsure), group))
-        ]
-        if together is not None
-        else []
-    )
     for engine in [*engines.values(), *([together] if together is not None else [])]:
         engine.close()
 
@@ -310,7 +310,11 @@ def main() -> None:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
 
 
-def _record(run: VariantRun, page: Any, stats: Any, name: str) -> None:
+# The box a read's text is placed in to rate it as the cascade does (line_read_again): only its box is taken.
+_PLACEHOLDER = make_line("", [], (0.0, 0.0, 1.0, 1.0), "onnx")
+
+
+def _record(run: VariantRun, page: PageText, stats: DecodeStats | None, name: str) -> None:
     """One line's read into its variant's run; `stats` None: the read's details give them (together)."""
     details = page.details["vlm_gguf"]
     run.prompt_ms.append(details["prompt_ms"])
@@ -326,8 +330,7 @@ def _record(run: VariantRun, page: Any, stats: Any, name: str) -> None:
     else:
         run.generated += details["generated_tokens"]
     run.texts.append(" ".join(text_line.text for text_line in page.lines))
-    placeholder = make_line("", [], (0.0, 0.0, 1.0, 1.0), "onnx")  # only its box is taken
-    run.confidences.append(line_read_again(page.lines, placeholder, name).confidence)
+    run.confidences.append(line_read_again(page.lines, _PLACEHOLDER, name).confidence)
 
 
 def _together_report(
