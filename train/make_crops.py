@@ -22,12 +22,6 @@ import numpy as np
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, VLM_LINE_MARGIN, cut_box
 
 
-def cut_line(page: np.ndarray, box: list[float], margin: float = RECOGNISER_LINE_MARGIN) -> np.ndarray:
-    """The line box grown by `margin` x its height on every side, as the appliance's cascade cuts it."""
-    x0, y0, x1, y1 = box
-    return cut_box(page, (x0, y0, x1, y1), margin)
-
-
 def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) -> int:
     """Writes the crops (boxes grown by `margin` x their height) and labels.jsonl; returns the count."""
     out.mkdir(parents=True, exist_ok=True)
@@ -41,7 +35,8 @@ def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) ->
                 raise FileNotFoundError(f"cannot read the image of {gt_path}")
             for line in gt["lines"]:
                 text = line["text"].strip()
-                crop = cut_line(page, line["box"], margin)
+                x0, y0, x1, y1 = line["box"]
+                crop = cut_box(page, (x0, y0, x1, y1), margin)  # as the appliance's cascade cuts it
                 if not text or crop.size == 0:
                     continue
                 name = f"{count:04d}.jpg"

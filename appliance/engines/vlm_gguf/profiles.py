@@ -79,7 +79,8 @@ PROFILES: dict[str, FamilyProfile] = {
             image_max_tokens=64,  # line_image.prepare_line: at most 1,120 x 28 px, 40 tokens
             max_tokens=192,
             line_input=True,
-            # With a quarter the receipt line crops read 20.6% wrong, 13.85% with an eighth (train/README).
+            # Receipt line crops with a quarter read several points worse than with an eighth
+            # (train/README, "Measured": `train.make_crops --margin`).
             line_margin=RECOGNISER_LINE_MARGIN,
         ),
         FamilyProfile("smolvlm", prompt="Read all the text in the image, line by line."),
