@@ -38,7 +38,6 @@ from appliance.config import AppConfig
 from appliance.pipeline.process import DocumentProcessor
 
 _SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
-_STAGE_ROLE = {"det": "det", "rec": "rec", "cls": "cls"}  # stage -> the sessions that run in it
 
 
 class SessionClock:
@@ -115,7 +114,8 @@ def page_figures(
     session_ms = sum(sessions.values())
     figures = {"wall": wall, "session": session_ms, "host": wall - session_ms}
     for stage, ms in stages.items():
-        figures[f"host:{stage}"] = ms - sessions.get(_STAGE_ROLE.get(stage, ""), 0.0)
+        # The det, cls and rec stages are named as the roles of the sessions that run in them.
+        figures[f"host:{stage}"] = ms - sessions.get(stage, 0.0)
     figures["host:untimed"] = wall - sum(stages.values()) - document.timings_ms.get("repair", 0.0)
     figures["host:repair"] = document.timings_ms.get("repair", 0.0)
     return figures, document
