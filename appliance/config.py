@@ -276,6 +276,9 @@ class JobsConfig(_Strict):
     """Worker processes, timeouts, retries and how long finished jobs are remembered."""
 
     workers: StrictInt = Field(default=1, ge=1, le=64)
+    # Jobs one worker reads at once, each on its own thread sharing the worker's engine (and its
+    # CUDA context and memory arena); 0: as many as the engine reads well (2 on CUDA, 1 on the CPU).
+    per_worker: StrictInt = Field(default=0, ge=0, le=16)
     timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     max_attempts: StrictInt = Field(default=3, ge=1)
     retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)

@@ -108,13 +108,16 @@ class Daemon:
         self._journal: JobJournal | None = None
         self._lease_keeper: LeaseKeeper | None = None
         self._workers = [
-            Worker(f"ocr-worker-{index}", engine_factory, config.rasterize)
+            Worker(f"ocr-worker-{index}", engine_factory, config.rasterize, config.jobs.per_worker)
             for index in range(config.jobs.workers)
         ]
-        self._jobs_by_worker: dict[str, Job] = {}
-        # The ids of the jobs in `_jobs_by_worker`, replaced whole once a tick so that the lease
-        # keeper's thread reads a consistent set without a lock.
+        self._running: dict[str, Job] = {}  # job id -> job, for every job a worker is reading
+        # The ids of the jobs in `_running`, replaced whole once a tick so that the lease keeper's
+        # thread reads a consistent set without a lock.
         self._reading: frozenset[str] = frozenset()
+        # Jobs that were in flight together when their worker died: which of them killed it is not
+        # known, so none had an attempt counted, and each is read alone until it is settled.
+        self._suspects: set[str] = set()
         # What the node tells the cluster with its heartbeat, made on the loop (the counters are
         # the loop's) and read by the lease keeper's thread; replaced whole, never changed.
         self._heartbeat_stats: dict[str, Any] = {}
@@ -225,7 +228,7 @@ class Daemon:
             counts=dict.fromkeys(JobState, 0),
             engine={},
             workers=len(self._workers),
-            workers_busy=len(self._jobs_by_worker),
+            workers_busy=self._workers_busy(),
             gpu_memory_budget_bytes=None,
             vlm_disabled=None,
         )
@@ -236,7 +239,7 @@ class Daemon:
             "review": self.stats.review,
             "duplicates": self.stats.duplicates,
             "workers": len(self._workers),
-            "workers_busy": len(self._jobs_by_worker),
+            "workers_busy": self._workers_busy(),
             "pages_per_second_1m": round(status.pages_per_second.get("1m", 0.0), 3),
             "pages_per_second_15m": round(status.pages_per_second.get("15m", 0.0), 3),
         }
@@ -257,9 +260,12 @@ class Daemon:
         return self._board.line(
             self.state,
             self._last_counts,
-            busy=bool(self._jobs_by_worker),
+            busy=bool(self._running),
             pages_done=sum(worker.pages_done for worker in self._workers),
         )
+
+    def _workers_busy(self) -> int:
+        return sum(1 for worker in self._workers if worker.busy)
 
     def workers_progressing(self) -> bool:
         """False while any busy worker has shown no progress for the stall limit (a hung engine)."""
@@ -332,7 +338,7 @@ class Daemon:
                     self._collect()
                     if self.state is DaemonState.RUNNING:
                         self._dispatch()
-                    if self.state is DaemonState.DRAINING and not self._jobs_by_worker:
+                    if self.state is DaemonState.DRAINING and not self._running:
                         log.info("drained: every running job has finished")
                         break
                     if now >= self._next_review_check:
@@ -341,7 +347,7 @@ class Daemon:
                     self._journal_back()
                 except JournalUnavailableError as error:
                     self._journal_away(error)
-                self._reading = frozenset(job.id for job in self._jobs_by_worker.values())
+                self._reading = frozenset(self._running)
                 if self._lease_keeper is not None and now >= next_stats:
                     self._heartbeat_stats = self._node_stats()
                     next_stats = now + self._config.journal.lease_seconds / 6
@@ -405,18 +411,23 @@ class Daemon:
         self._hot_folders.reconfigure(new)
         self.journal.max_attempts = new.jobs.max_attempts
         logging.getLogger().setLevel(new.logging.level)
-        if (new.engine, new.rasterize) != (old.engine, old.rasterize):
+        if (new.engine, new.rasterize, new.jobs.per_worker) != (
+            old.engine,
+            old.rasterize,
+            old.jobs.per_worker,
+        ):
             if self._factory_for is None:
                 log.warning("engine settings changed; they take effect after a restart")
             else:
                 factory = self._factory_for(new)
                 for worker in self._workers:
-                    worker.replace_factory(factory, new.rasterize)
+                    worker.replace_factory(factory, new.rasterize, new.jobs.per_worker)
         while len(self._workers) < new.jobs.workers:
             worker = Worker(
                 f"ocr-worker-{len(self._workers)}",
                 self._factory_for(new) if self._factory_for else self._engine_factory,
                 new.rasterize,
+                new.jobs.per_worker,
             )
             self._notifier.extend_timeout(_WORKER_START_SECONDS)
             worker.start(timeout=_WORKER_START_SECONDS)
@@ -451,14 +462,10 @@ class Daemon:
             time.sleep(0.05)
         for worker in self._workers:
             if worker.busy:
-                job = self._jobs_by_worker.pop(worker.name)
+                in_flight = list(worker.jobs)
                 worker.kill()
-                try:
-                    self.journal.release(job.id, "daemon stopped while the job was running")
-                except LeaseLostError as error:
-                    log.warning("%s; another node reads it", error)
-                except JournalUnavailableError as error:  # its lease runs out; another node reads it
-                    log.warning("job %s not released: %s", job.id, error)
+                for job_id in in_flight:
+                    self._release(self._running.pop(job_id), "daemon stopped while the job was running")
             worker.shutdown()
         self._hot_folders.join()
         self._fail_pending_commands()
@@ -562,6 +569,7 @@ class Daemon:
     # -- jobs -----------------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
+        self._check_suspects()
         for worker in list(self._workers):
             if worker.restart_when_idle and not worker.busy:
                 worker.shutdown()
@@ -571,14 +579,24 @@ class Daemon:
                 worker.restart_when_idle = False
                 self._notifier.extend_timeout(_WORKER_START_SECONDS)
                 worker.start(timeout=_WORKER_START_SECONDS)
-            if worker.busy or not worker.alive():
-                continue
+            if worker.restart_when_idle or not worker.alive():
+                continue  # a worker waiting for its restart takes no more jobs, so it gets idle
+            # While suspects remain every worker reads one job at a time, so that a suspect is
+            # read alone and a worker that dies on it has one job to blame.
+            room = (1 if self._suspects else worker.capacity) - len(worker.jobs)
+            for _ in range(room):
+                if not self._start_next(worker):
+                    return
+
+    def _start_next(self, worker: Worker) -> bool:
+        """Claim the next job and send it to `worker`; False when no job is waiting."""
+        while True:
             # Sharing a journal, a node takes only jobs of folders it has settings for; another node
             # may serve a folder this one does not (alone, such a job is failed below, as before).
             sources = self._filing.sources() if self._lease_keeper is not None else None
             job = self.journal.start_next(sources=sources)
             if job is None:
-                return
+                return False
             folder = self._filing.folder_for(job.source_folder)
             if folder is None:
                 finished = self.journal.finish(
@@ -620,18 +638,18 @@ class Daemon:
                 log.warning("job %s (%s): no VLM this time, %s", job.id, job.name, request.vlm_skip_reason)
             worker.publish_gate = self._may_publish
             worker.submit(request)
-            self._jobs_by_worker[worker.name] = job
+            self._running[job.id] = job
             log.debug("job %s (%s) started on %s, attempt %d", job.id, job.name, worker.name, job.attempts)
+            return True
 
     def _collect(self, restart: bool = True) -> None:
         """Take finished outcomes; deal with workers that died or overran their time."""
         for worker in self._workers:
             if not worker.busy:
                 continue
-            job = self._jobs_by_worker[worker.name]
-            outcome = worker.poll()
-            if outcome is not None:
-                self._jobs_by_worker.pop(worker.name)
+            for outcome in worker.poll():
+                job = self._running.pop(outcome.job_id)
+                self._suspects.discard(job.id)
                 self._vlm_breaker.finished(job.id)
                 try:
                     self._finish(job, outcome)
@@ -639,38 +657,78 @@ class Daemon:
                     self._lease_lost(job, error)
                 except Exception as error:  # one file's fault must cost that file, not the daemon
                     self._finish_fault(job, error)
+            if not worker.busy:
                 continue
-            if not worker.alive():
-                reason = worker.exit_description()
-            elif worker.running_for() > self._config.jobs.timeout_seconds:
+            if worker.alive():
+                culprits = worker.overdue(self._config.jobs.timeout_seconds)
+                if not culprits:
+                    continue
                 reason = f"timed out after {self._config.jobs.timeout_seconds:.0f} s"
             else:
-                continue
-            self._jobs_by_worker.pop(worker.name)
+                culprits, reason = list(worker.jobs), worker.exit_description()
+            in_flight = [self._running.pop(job_id) for job_id in worker.jobs]
             worker.kill()
-            try:
-                updated = self.journal.worker_died(job.id, reason)
-            except LeaseLostError as error:
-                self._lease_lost(job, error)
-                if restart:
-                    worker.start()
-                continue
-            if _calls_vlm(self._config, self._config.profile(job.profile)):
-                self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
-            log.error(
-                "job %s (%s): %s; now %s",
-                job.id,
-                job.relative_path,
-                reason,
-                updated.state,
-                extra=event("worker_died", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read"),
-            )
-            if updated.state is JobState.FAILED:
-                self.stats.failed += 1
-                self._filing.settle_finished(updated)
+            if len(culprits) > 1:
+                # Any one of them may be to blame, so none is charged an attempt; each is read
+                # alone next (_suspects) and charged if its worker dies on it then.
+                log.error(
+                    "%s: %s while reading %d jobs at once; each is read again alone",
+                    worker.name,
+                    reason,
+                    len(culprits),
+                )
+                self._suspects.update(culprits)
+            for job in in_flight:
+                if len(culprits) > 1 and job.id in culprits:
+                    self._release(job, f"{reason} while reading {len(culprits)} jobs; read again alone")
+                elif job.id in culprits:
+                    self._worker_lost(job, reason)
+                else:  # its worker was stopped for another job's overrun
+                    self._release(job, f"its worker was stopped: another job {reason}")
             if restart:
                 self.stats.worker_restarts += 1
                 worker.start()
+
+    def _worker_lost(self, job: Job, reason: str) -> None:
+        """The job its worker died on (or overran its time): an attempt counted, poison after the last."""
+        try:
+            updated = self.journal.worker_died(job.id, reason)
+        except LeaseLostError as error:
+            self._suspects.discard(job.id)
+            self._lease_lost(job, error)
+            return
+        if _calls_vlm(self._config, self._config.profile(job.profile)):
+            self._vlm_breaker.worker_lost(job.id, reason, requeued=updated.state is JobState.QUEUED)
+        log.error(
+            "job %s (%s): %s; now %s",
+            job.id,
+            job.relative_path,
+            reason,
+            updated.state,
+            extra=event("worker_died", JOB_ID=job.id, DOC_SHA256=job.sha256, STAGE="read"),
+        )
+        if updated.state is JobState.FAILED:
+            self._suspects.discard(job.id)
+            self.stats.failed += 1
+            self._filing.settle_finished(updated)
+
+    def _release(self, job: Job, reason: str) -> None:
+        """Give a running job back to the queue without counting the attempt (it did nothing wrong)."""
+        try:
+            self.journal.release(job.id, reason)
+        except LeaseLostError as error:
+            log.warning("%s; another node reads it", error)
+        except JournalUnavailableError as error:  # its lease runs out; another node reads it
+            log.warning("job %s not released: %s", job.id, error)
+
+    def _check_suspects(self) -> None:
+        """Forget suspects that are settled some other way (cancelled, pruned, taken by another node)."""
+        for job_id in list(self._suspects):
+            if job_id in self._running:
+                continue
+            job = self.journal.get(job_id)
+            if job is None or job.state is not JobState.QUEUED:
+                self._suspects.discard(job_id)
 
     def _may_publish(self, job_id: str) -> bool:
         """A worker asks before writing a fenced job's results: only while this node holds its lease."""
@@ -910,7 +968,7 @@ class Daemon:
             counts=self.journal.counts(),
             engine=self.engine_description,
             workers=len(self._workers),
-            workers_busy=len(self._jobs_by_worker),
+            workers_busy=self._workers_busy(),
             gpu_memory_budget_bytes=gpu_memory_budget(self._config, self.engine_description),
             vlm_disabled=self._vlm_breaker.disabled,
             nodes=self.journal.nodes(),

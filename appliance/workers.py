@@ -1,9 +1,10 @@
 """Engine worker subprocesses: a crash, OOM kill or hang in native code costs a worker, not the daemon.
 
-Each worker loads the engine once and then reads one job at a time sent over a pipe; it writes the
-result files itself (atomically) so a Document never crosses the pipe, and answers with a small
-outcome. The daemon notices a dead or overdue worker, kills it, records why in the journal and
-starts a fresh one.
+Each worker loads the engine once and then reads the jobs sent over a pipe, as many at once as
+it said it takes when it was ready (`jobs.per_worker`: one thread a job, all sharing the engine);
+it writes the result files itself (atomically) so a Document never crosses the pipe, and answers
+with a small outcome per job. The daemon notices a dead or overdue worker, kills it, records why
+in the journal and starts a fresh one.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import contextlib
 import ctypes
 import logging
 import multiprocessing
+import queue
 import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -24,7 +27,7 @@ from typing import Any
 
 from appliance.audit import document_record
 from appliance.config import ProfileConfig, RasterizeConfig, RepairConfig
-from appliance.engines.base import Engine
+from appliance.engines.base import Engine, parallel_reads
 from appliance.errors import DocumentError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
@@ -92,9 +95,47 @@ class JobOutcome:
     gpu_memory_used_bytes: int | None = None  # the highest the VLM saw after a page (cascade.gpu_memory_peak)
 
 
-def _read_one(
-    reader: JobReader, request: JobRequest, stop: threading.Event, connection: Connection
-) -> JobOutcome:
+class _DaemonLink:
+    """The worker's end of the pipe, shared by its job threads.
+
+    Messages go out one whole message at a time; the answers to "may I publish?" come back on the
+    main thread, which alone reads the pipe, and are handed to the job thread that asked.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._sending = threading.Lock()
+        self._answers: dict[str, queue.SimpleQueue[bool]] = {}
+        self._closed = False
+
+    def send(self, message: object) -> None:
+        with self._sending:
+            self._connection.send(message)
+
+    def may_publish(self, job_id: str) -> bool:
+        """Ask the daemon whether the job is still this node's (its lease, checked and extended)."""
+        answers = self._answers[job_id] = queue.SimpleQueue()
+        try:
+            if self._closed:
+                return False
+            self.send(("may_publish", job_id))
+            return answers.get()
+        finally:
+            del self._answers[job_id]
+
+    def answer(self, job_id: str, allowed: bool) -> None:
+        answers = self._answers.get(job_id)
+        if answers is not None:
+            answers.put(allowed)
+
+    def close(self) -> None:
+        """The daemon is gone: every question still open is answered no."""
+        self._closed = True
+        for answers in list(self._answers.values()):
+            answers.put(False)
+
+
+def _read_one(reader: JobReader, request: JobRequest, stop: threading.Event, link: _DaemonLink) -> JobOutcome:
     started = time.monotonic()
     routed = request.review_dir is not None
     options = ReadOptions(
@@ -112,10 +153,10 @@ def _read_one(
             job_file,
             options,
             should_stop=stop.is_set,
-            on_page=lambda index: connection.send(("progress", index)),
+            on_page=lambda _index: link.send(("progress", request.job_id)),
         ) as read:
             document, decision = read.document, read.decision
-            if request.fenced and not _may_publish(connection, request.job_id):
+            if request.fenced and not link.may_publish(request.job_id):
                 return JobOutcome(request.job_id, interrupted=True, message="lease lost before writing")
             target = Path(request.output_dir)
             if decision.route is Route.REVIEW and request.review_dir is not None:
@@ -176,13 +217,6 @@ def _read_one(
     )
 
 
-def _may_publish(connection: Connection, job_id: str) -> bool:
-    """Ask the daemon whether the job is still this node's (its lease, checked and extended)."""
-    connection.send(("may_publish", job_id))
-    answer = connection.recv()
-    return bool(answer == ("publish", True))
-
-
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when the daemon dies, even by SIGKILL.
 
@@ -197,8 +231,16 @@ def _die_with_parent() -> None:
         pass  # not glibc Linux: systemd's KillMode=control-group still cleans up
 
 
-def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
-    """Body of a worker process."""
+def _run_job(reader: JobReader, request: JobRequest, stop: threading.Event, link: _DaemonLink) -> None:
+    outcome = _read_one(reader, request, stop, link)
+    with contextlib.suppress(OSError):  # the daemon went away; the journal still has the job
+        link.send(("outcome", outcome))
+
+
+def worker_main(
+    connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int = 0
+) -> None:
+    """Body of a worker process: load the engine, then read the jobs the daemon sends until told to stop."""
     _die_with_parent()
     stop = threading.Event()
     # Ctrl-C reaches the whole process group; only the daemon decides when a worker stops. SIGTERM
@@ -212,30 +254,44 @@ def worker_main(connection: Connection, engine_factory: EngineFactory, rasterize
         return
     # One reader for the worker's life: its processors and site dictionary are built once.
     reader = JobReader(engine, rasterize)
+    capacity = per_worker or parallel_reads(engine)
+    link = _DaemonLink(connection)
+    jobs = ThreadPoolExecutor(capacity, thread_name_prefix="ocr-job")
     try:
-        connection.send(("ready", engine.describe()))
-        while not stop.is_set():
-            request = connection.recv()
-            if request is None:
+        link.send(("ready", (engine.describe(), capacity)))
+        while True:
+            # A job sent after a stop was asked for comes back interrupted from its first page.
+            message = connection.recv()
+            if message is None:
                 break
-            connection.send(("outcome", _read_one(reader, request, stop, connection)))
+            if isinstance(message, JobRequest):
+                jobs.submit(_run_job, reader, message, stop, link)
+            else:
+                _, job_id, allowed = message  # ("publish", job_id, allowed): a lease answer
+                link.answer(job_id, allowed)
     except (EOFError, OSError):
-        pass  # the daemon went away; nothing is lost, the journal still has the job
+        stop.set()  # the daemon went away; nothing is lost, the journal still has the jobs
     finally:
+        link.close()
+        jobs.shutdown(wait=True)
         engine.close()
 
 
 class Worker:
-    """The daemon's handle on one worker process."""
+    """The daemon's handle on one worker process and the jobs it is reading."""
 
-    def __init__(self, name: str, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
+    def __init__(
+        self, name: str, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int = 0
+    ) -> None:
         self.name = name
         self._factory = engine_factory
         self._rasterize = rasterize
+        self._per_worker = per_worker
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
-        self.job: JobRequest | None = None
-        self.job_started = 0.0
+        self.jobs: dict[str, JobRequest] = {}  # job id -> request, in the order they were sent
+        self._started: dict[str, float] = {}
+        self.capacity = 1  # jobs it reads at once, as the worker said when ready
         self.last_progress = time.monotonic()
         self.pages_done = 0
         self.description: dict[str, Any] = {}
@@ -247,12 +303,15 @@ class Worker:
         """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
         parent, child = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
-            target=worker_main, args=(child, self._factory, self._rasterize), name=self.name, daemon=True
+            target=worker_main,
+            args=(child, self._factory, self._rasterize, self._per_worker),
+            name=self.name,
+            daemon=True,
         )
         process.start()
         child.close()
         self._process, self._connection = process, parent
-        self.job = None
+        self.jobs, self._started = {}, {}
         if not parent.poll(timeout):
             self.kill()
             raise ModelError(f"{self.name}: the engine did not load within {timeout:.0f} s")
@@ -264,7 +323,7 @@ class Worker:
         if kind != "ready":
             self.kill()
             raise ModelError(str(payload))
-        self.description = payload
+        self.description, self.capacity = payload
 
     @property
     def pid(self) -> int | None:
@@ -272,7 +331,7 @@ class Worker:
 
     @property
     def busy(self) -> bool:
-        return self.job is not None
+        return bool(self.jobs)
 
     def alive(self) -> bool:
         return self._process is not None and self._process.is_alive()
@@ -286,42 +345,54 @@ class Worker:
         return f"worker exited with status {code}"
 
     def submit(self, request: JobRequest) -> None:
-        assert self._connection is not None and self.job is None
+        assert self._connection is not None and len(self.jobs) < self.capacity
         self._connection.send(request)
-        self.job = request
-        self.job_started = self.last_progress = time.monotonic()
+        now = time.monotonic()
+        if not self.jobs:
+            self.last_progress = now
+        self.jobs[request.job_id] = request
+        self._started[request.job_id] = now
 
-    def poll(self) -> JobOutcome | None:
-        """The outcome of the current job if it is ready, without waiting."""
-        if self._connection is None or self.job is None:
-            return None
+    def poll(self) -> list[JobOutcome]:
+        """The outcomes of the jobs that are finished, without waiting."""
+        outcomes: list[JobOutcome] = []
+        if self._connection is None or not self.jobs:
+            return outcomes
         try:
             while self._connection.poll():
                 kind, payload = self._connection.recv()
                 if kind == "progress":
                     self.last_progress = time.monotonic()
                     self.pages_done += 1
-                    continue
-                if kind == "may_publish":
-                    self._connection.send(("publish", self.publish_gate(str(payload))))
-                    continue
-                if kind == "outcome":
-                    self.job = None
-                    self.last_progress = time.monotonic()
+                elif kind == "may_publish":
+                    job_id = str(payload)
+                    self._connection.send(("publish", job_id, self.publish_gate(job_id)))
+                elif kind == "outcome":
                     assert isinstance(payload, JobOutcome)
-                    return payload
+                    self.jobs.pop(payload.job_id, None)
+                    self._started.pop(payload.job_id, None)
+                    self.last_progress = time.monotonic()
+                    outcomes.append(payload)
         except (EOFError, OSError):
-            return None  # died mid-job: the caller sees alive() is False
-        return None
+            pass  # died mid-job: the caller sees alive() is False
+        return outcomes
 
     def stalled_for(self) -> float:
         """Seconds since this worker last showed progress (a page read), 0 when idle."""
-        return time.monotonic() - self.last_progress if self.job else 0.0
+        return time.monotonic() - self.last_progress if self.jobs else 0.0
 
-    def replace_factory(self, engine_factory: EngineFactory, rasterize: RasterizeConfig) -> None:
+    def overdue(self, limit_seconds: float) -> list[str]:
+        """The jobs it has been reading for longer than `limit_seconds`."""
+        now = time.monotonic()
+        return [job_id for job_id, started in self._started.items() if now - started > limit_seconds]
+
+    def replace_factory(
+        self, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int
+    ) -> None:
         """Use a new engine from the next (re)start; the daemon restarts the worker once idle."""
         self._factory = engine_factory
         self._rasterize = rasterize
+        self._per_worker = per_worker
         self.restart_when_idle = True
 
     @property
@@ -329,11 +400,8 @@ class Worker:
         """The pipe an outcome arrives on (to wait on several workers at once)."""
         return self._connection
 
-    def running_for(self) -> float:
-        return time.monotonic() - self.job_started if self.job else 0.0
-
     def request_stop(self) -> None:
-        """Ask the worker to stop between pages (its job comes back as interrupted)."""
+        """Ask the worker to stop between pages (its jobs come back as interrupted)."""
         if self._process is not None and self._process.is_alive() and self._process.pid:
             self._process.terminate()
 
@@ -352,4 +420,4 @@ class Worker:
         if self._connection is not None:
             self._connection.close()
         self._connection = None
-        self.job = None
+        self.jobs, self._started = {}, {}

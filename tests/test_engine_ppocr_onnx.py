@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from appliance.config import PpocrOnnxConfig
+from appliance.engines.base import parallel_reads
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.pipeline.layout import order_page
 from tests import rendering
@@ -125,6 +126,8 @@ def test_lines_read_side_by_side_read_the_same() -> None:
     serial = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=2, line_parallelism=1))
     parallel = PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", intra_op_threads=2, line_parallelism=3))
     assert parallel.describe()["line_parallelism"] == 3
+    # On the CPU a page's lines already use the cores: a worker reads one job at a time.
+    assert parallel.describe()["parallel_reads"] == parallel_reads(parallel) == 1
     options = {
         name: reader._session.get_session_options().intra_op_num_threads
         for name, reader in (("det", parallel._detector), ("rec", parallel._recognizer))

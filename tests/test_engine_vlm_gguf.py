@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,22 @@ def test_pages_do_not_leak_into_each_other(reference: tuple[str, list[int], str]
         engine.read(_page(0), hint=text)
         assert engine.last_generation is not None
         assert engine.last_generation.tokens == tokens
+    finally:
+        engine.close()
+
+
+def test_pages_sent_from_several_threads_at_once_read_as_one_after_another(
+    reference: tuple[str, list[int], str],
+) -> None:
+    """A worker reading several jobs at once shares one engine: its reads must not mix in one context."""
+    family = reference[0]
+    engine = _engine(family, draft={"source": "none"})
+    try:
+        alone = [_text(engine.read(_page(seed))) for seed in (0, 1, 2)]
+        assert len(set(alone)) == 3  # three pages the model reads differently
+        with ThreadPoolExecutor(3) as pool:
+            together = list(pool.map(lambda seed: _text(engine.read(_page(seed))), [0, 1, 2, 0, 1, 2]))
+        assert together == alone * 2
     finally:
         engine.close()
 

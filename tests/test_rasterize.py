@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -475,3 +476,31 @@ def test_a_tiff_cut_inside_page_ones_directory_is_not_passed_off_as_one_page(tmp
     path.write_bytes(data[: next_pointer + 2])
 
     assert failure(path).reason is FailureReason.TRUNCATED
+
+
+def test_pages_made_on_several_threads_at_once_are_those_made_one_at_a_time(tmp_path: Path) -> None:
+    # A worker reading several jobs at once rasterizes from several threads: PDFium must never
+    # run on two at once, and one thread must never take another's short-read warning (a
+    # cut-short TIFF is told by warnings alone) and call a healthy file truncated, or miss its own.
+    pdf = pdf_from_images(tmp_path / "doc.pdf", [numbered_page(n) for n in (1, 2, 3)], resolution=72)
+    tiff = multipage_tiff(tmp_path / "doc.tif", [numbered_page(n) for n in (1, 2, 3)])
+    data = tiff.read_bytes()
+    first_directory = tiff_ifd_offsets(data)[0]
+    entries = int.from_bytes(data[first_directory : first_directory + 2], "little")
+    cut = tmp_path / "cut.tif"
+    cut.write_bytes(data[: first_directory + 2 + 12 * entries + 2])
+    files = [pdf, tiff, cut] * 8
+
+    def read(path: Path) -> list[int] | FailureReason:
+        try:
+            return [
+                count_bars(page.image[30]) for page in Rasterizer(RasterizeConfig(pdf_dpi=72)).pages(path)
+            ]
+        except DocumentError as error:
+            return error.reason
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(read, files))
+
+    assert results == [read(path) for path in files]
+    assert results[:3] == [[1, 2, 3], [1, 2, 3], FailureReason.TRUNCATED]

@@ -61,6 +61,16 @@ class Engine(Protocol):
         ...
 
 
+def parallel_reads(engine: object) -> int:
+    """How many pages an engine reads well at once, each on its own thread (1 if it does not say).
+
+    An engine may carry `parallel_reads`: more than one where pages in flight overlap one page's
+    host work with another's device work (the ONNX engine on CUDA). Every engine must stay correct
+    when called from several threads; one that cannot run two reads at once serialises them itself.
+    """
+    return max(1, int(getattr(engine, "parallel_reads", 1)))
+
+
 class SecondReader(Protocol):
     """What the cascade needs of a second reader (the VLM, an ONNX recogniser): read a page or region again.
 

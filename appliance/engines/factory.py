@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from appliance.config import EngineConfig
-from appliance.engines.base import Engine, PageText, SecondReader
+from appliance.engines.base import Engine, PageText, SecondReader, parallel_reads
 
 # A reading engine's loader gets the whole engine config (its own section is in there);
 # a second reader's loader gets it too, with the share of the VRAM budget of one worker.
@@ -87,6 +87,9 @@ class EnginePair:
         self.first = first
         self.readers = {reader.name: reader for reader in readers}
         self.name = first.name
+        # As many pages at once as the first engine reads well; a second reader that cannot read
+        # two at once serialises its own reads (the VLM engine holds one llama.cpp context).
+        self.parallel_reads = parallel_reads(first)
 
     @property
     def vlm(self) -> SecondReader:

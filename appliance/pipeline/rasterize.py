@@ -17,8 +17,9 @@ import itertools
 import logging
 import math
 import struct
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +120,24 @@ class Rasterizer:
         return size
 
     def pages(self, path: Path, media_type: str | None = None) -> Iterator[RasterPage]:
-        """Yield the pages of a file; raise DocumentError on anything that cannot be read safely."""
+        """Yield the pages of a file; raise DocumentError on anything that cannot be read safely.
+
+        Safe to call from several threads (a worker reading several jobs at once): each page is
+        made under one process-wide lock, the file's closing included.
+        """
+        pages = self._pages(path, media_type)
+        try:
+            while True:
+                with _ONE_PAGE_AT_A_TIME:
+                    page = next(pages, None)
+                if page is None:
+                    return
+                yield page
+        finally:
+            with _ONE_PAGE_AT_A_TIME:
+                pages.close()
+
+    def _pages(self, path: Path, media_type: str | None) -> Generator[RasterPage]:
         self.check_size(path)
         media_type = media_type or sniff_media_type(path)
         if media_type == "application/pdf":
@@ -339,6 +357,14 @@ _MIN_PDF_DPI = 20.0
 # TypeError ("Missing dimensions"), ValueError, EOFError or struct.error; each is the file's
 # fault and becomes a DocumentError, never a crash of the whole run.
 _DECODE_ERRORS = (OSError, EOFError, SyntaxError, ValueError, TypeError, IndexError, KeyError, struct.error)
+
+
+# PDFium must not be called from two threads at once, not even on two documents (pypdfium2's
+# documentation: it crashes or corrupts the process), and Pillow's short-read warnings are caught
+# with warnings.catch_warnings, which changes process-wide state: a thread could take another's
+# warning for its own and call a whole file truncated. So pages are made one at a time; the
+# engine's work on one page still overlaps the making of the next.
+_ONE_PAGE_AT_A_TIME = threading.Lock()
 
 
 class _ShortReads:

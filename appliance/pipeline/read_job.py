@@ -10,6 +10,7 @@ taken page by page while reading, so no output rasterizes the file again).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,13 +75,18 @@ class JobRead:
 
 
 class JobReader:
-    """Reads jobs with one engine; processors and site dictionaries are built once and reused."""
+    """Reads jobs with one engine; processors and site dictionaries are built once and reused.
+
+    Several threads may read jobs at once (a worker's `jobs.per_worker`): the engine is shared,
+    and the processors and dictionaries kept here are looked up under a lock.
+    """
 
     def __init__(self, engine: Engine, rasterize: RasterizeConfig) -> None:
         self._engine = engine
         self._rasterizer = Rasterizer(rasterize)
         self._processors: dict[str, DocumentProcessor] = {}
         self._dictionaries: dict[Path, SiteDictionary] = {}
+        self._lock = threading.Lock()
 
     def read(
         self,
@@ -123,20 +129,22 @@ class JobReader:
                 repair.model_dump_json(),
             )
         )
-        processor = self._processors.get(key)
-        if processor is None:
-            if len(self._processors) >= _MAX_PROCESSORS:
-                self._processors.pop(next(iter(self._processors)))
-            processor = DocumentProcessor(
-                self._engine, self._rasterizer, repair, profile.preprocess, profile.cascade
-            )
-            self._processors[key] = processor
-        return processor
+        with self._lock:
+            processor = self._processors.get(key)
+            if processor is None:
+                if len(self._processors) >= _MAX_PROCESSORS:
+                    self._processors.pop(next(iter(self._processors)))
+                processor = DocumentProcessor(
+                    self._engine, self._rasterizer, repair, profile.preprocess, profile.cascade
+                )
+                self._processors[key] = processor
+            return processor
 
     def _site_dictionary(self, path: Path | None) -> dict[str, dict[str, str]]:
         if path is None:
             return {}
-        dictionary = self._dictionaries.get(path)
-        if dictionary is None:
-            dictionary = self._dictionaries[path] = SiteDictionary(path)
-        return dictionary.load()  # re-reads the file only when its mtime or size changed
+        with self._lock:
+            dictionary = self._dictionaries.get(path)
+            if dictionary is None:
+                dictionary = self._dictionaries[path] = SiteDictionary(path)
+            return dictionary.load()  # re-reads the file only when its mtime or size changed

@@ -260,3 +260,28 @@ class GatedEngine(FixedTextEngine):
         while not Path(self.gate).exists():
             time.sleep(0.05)
         return super().recognize(image)
+
+
+class GatedFaultEngine(FixedTextEngine):
+    """White pages wait for one gate file; blue pages wait for another, then abort or hang.
+
+    Holds several jobs in flight in one worker for as long as a test wants, then fails one of
+    them the way native code does (SIGABRT, or a call that never returns).
+    """
+
+    name = "fake_gated_fault"
+
+    def __init__(self, text: str, white_gate: str, blue_gate: str, fault: str) -> None:
+        super().__init__(text)
+        self.gates = {False: Path(white_gate), True: Path(blue_gate)}
+        self.fault = fault
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        blue = _is_blue(image)
+        while not self.gates[blue].exists():
+            time.sleep(0.05)
+        if blue and self.fault == "abort":
+            os.abort()
+        while blue:
+            time.sleep(3600)
+        return super().recognize(image)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -161,6 +162,9 @@ class VlmGgufEngine:
             batch_cost=_linear_cost(config.draft.extra_token_cost),
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
+        # One llama.cpp context serves every read: a worker reading several pages at once
+        # (engines.base.parallel_reads) sends its pages' reads here one after another.
+        self._busy = threading.Lock()
         self._pieces: dict[int, bytes] = {}  # each token's bytes, asked of llama.cpp once
         self._stops = [stop.encode("utf-8") for stop in self.profile.stop]
         # Verification costs by batch size, learnt over every page this engine reads.
@@ -256,14 +260,15 @@ class VlmGgufEngine:
         `hint_tokens` drafts from exact tokens instead (benchmarks: a model's own earlier output
         gives the upper bound of what drafting can buy).
         """
-        started = time.perf_counter()
-        try:
-            page = self._read_page(image, hint, deadline, hint_tokens)
-        finally:
-            gpu_used = self._sample_gpu_memory()  # a page that failed (out of memory) counts too
-        total_ms = (time.perf_counter() - started) * 1000
-        self.last_generation = page.generation
-        return self._page_text(page, image.shape, total_ms, gpu_used)
+        with self._busy:
+            started = time.perf_counter()
+            try:
+                page = self._read_page(image, hint, deadline, hint_tokens)
+            finally:
+                gpu_used = self._sample_gpu_memory()  # a page that failed (out of memory) counts too
+            total_ms = (time.perf_counter() - started) * 1000
+            self.last_generation = page.generation
+            return self._page_text(page, image.shape, total_ms, gpu_used)
 
     def read_lines(self, images: Sequence[np.ndarray], deadline: float | None = None) -> list[PageText]:
         """Read BGR line crops side by side, `lines_together` at a time, one PageText per crop.
@@ -275,8 +280,9 @@ class VlmGgufEngine:
         if not self.profile.line_input:
             raise ModelError(f"{self.profile.family} reads pages: read_lines is for a line reader")
         read: list[PageText] = []
-        for start in range(0, len(images), self.lines_together):
-            read.extend(self._read_together(images[start : start + self.lines_together], deadline))
+        with self._busy:
+            for start in range(0, len(images), self.lines_together):
+                read.extend(self._read_together(images[start : start + self.lines_together], deadline))
         return read
 
     def _read_together(self, images: Sequence[np.ndarray], deadline: float | None) -> list[PageText]:

@@ -1,0 +1,112 @@
+"""Workers reading several jobs at once (`jobs.per_worker`): real worker processes, journal and files.
+
+Each test holds jobs in flight with gate files (tests/fakes/engines.GatedFaultEngine), so what it
+checks is a state the daemon reaches, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
+from appliance.journal import Job, JobState
+from tests.fakes.engines import GatedFaultEngine
+from tests.polling import DaemonThread, png_bytes, wait_for
+
+
+def _config(root: Path, **jobs: object) -> AppConfig:
+    folder = HotFolderConfig(
+        path=root / "in", output_dir=root / "out", archive_dir=root / "archive", failed_dir=root / "failed"
+    )
+    return AppConfig(
+        paths=PathsConfig(state_dir=root / "state"),
+        hot_folders=(folder,),
+        intake=IntakeConfig(settle_seconds=0.3, min_free_mb=0.0),
+        jobs=JobsConfig(**{"retry_backoff_seconds": 0.0, **jobs}),  # type: ignore[arg-type]
+    )
+
+
+def _engine(root: Path, fault: str) -> functools.partial[GatedFaultEngine]:
+    return functools.partial(GatedFaultEngine, "INVOICE 42", str(root / "white"), str(root / "blue"), fault)
+
+
+def _job(running: DaemonThread, name: str) -> Job:
+    return next(job for job in running.daemon.journal.jobs(limit=1000) if job.name == name)
+
+
+def _running_names(running: DaemonThread) -> set[str]:
+    return {job.name for job in running.daemon.journal.jobs(JobState.RUNNING)}
+
+
+def _reasons(running: DaemonThread, name: str) -> list[str]:
+    return [t.reason for t in running.daemon.journal.transitions(_job(running, name).id)]
+
+
+def test_a_worker_reads_as_many_jobs_at_once_as_it_is_given(tmp_path: Path) -> None:
+    config = _config(tmp_path, per_worker=3)
+    with DaemonThread(config, _engine(tmp_path, "abort")) as running:
+        inbox = config.hot_folders[0].path
+        names = ("a.png", "b.png", "c.png", "d.png")
+        for name in names:
+            (inbox / name).write_bytes(png_bytes(size=(320, 200 + len(running.daemon.journal.jobs()))))
+        # One worker, three jobs in flight, the fourth waiting its turn.
+        assert wait_for(lambda: len(_running_names(running)) == 3)
+        assert len(running.daemon.journal.jobs(JobState.QUEUED)) == 1
+        assert running.daemon.snapshot_status().workers_busy == 1
+        (tmp_path / "white").touch()
+        out = config.hot_folders[0].output_dir
+        assert wait_for(
+            lambda: all((out / f"{name}.json").exists() for name in ("a.png", "b.png", "c.png", "d.png"))
+        )
+        assert all(_job(running, name).attempts == 1 for name in ("a.png", "b.png", "c.png", "d.png"))
+
+
+def test_a_worker_that_dies_reading_several_jobs_charges_only_the_one_that_kills_it(tmp_path: Path) -> None:
+    config = _config(tmp_path, per_worker=2, max_attempts=2)
+    with DaemonThread(config, _engine(tmp_path, "abort")) as running:
+        inbox, failed = config.hot_folders[0].path, config.hot_folders[0].failed_dir
+        (inbox / "segv.png").write_bytes(png_bytes(colour="blue"))
+        (inbox / "fine.png").write_bytes(png_bytes())
+        assert wait_for(lambda: _running_names(running) == {"segv.png", "fine.png"})
+        (tmp_path / "blue").touch()  # the worker dies with both in flight
+        assert wait_for(lambda: running.daemon.stats.worker_restarts >= 1)
+        (tmp_path / "white").touch()
+        reason_file = failed / "segv.png.error.json"
+        assert wait_for(reason_file.exists, timeout=60)
+        reason = json.loads(reason_file.read_text(encoding="utf-8"))
+        assert reason["reason"] == "poison"
+        assert "SIGABRT" in reason["message"]
+        # Its first death, shared with fine.png, was not counted: it died twice more, alone.
+        assert reason["attempts"] == 2
+        assert running.daemon.stats.worker_restarts == 3
+        out = config.hot_folders[0].output_dir
+        assert wait_for((out / "fine.png.json").exists, timeout=60)
+        fine = _job(running, "fine.png")
+        assert fine.state is JobState.DONE
+        assert fine.attempts == 1
+        assert any(
+            "while reading 2 jobs; read again alone" in reason for reason in _reasons(running, "fine.png")
+        )
+
+
+def test_a_job_that_overruns_is_charged_and_the_others_in_flight_are_read_again(tmp_path: Path) -> None:
+    # Long enough that fine.png, sent just after hang.png, is not overdue itself when hang.png is.
+    config = _config(tmp_path, per_worker=2, max_attempts=1, timeout_seconds=15.0)
+    (tmp_path / "blue").touch()  # blue pages hang as soon as they are read
+    with DaemonThread(config, _engine(tmp_path, "hang")) as running:
+        inbox, failed = config.hot_folders[0].path, config.hot_folders[0].failed_dir
+        (inbox / "hang.png").write_bytes(png_bytes(colour="blue"))
+        assert wait_for(lambda: _running_names(running) == {"hang.png"})
+        (inbox / "fine.png").write_bytes(png_bytes())
+        assert wait_for(lambda: _running_names(running) == {"hang.png", "fine.png"})
+        reason_file = failed / "hang.png.error.json"
+        assert wait_for(reason_file.exists, timeout=60)
+        assert "timed out after 15 s" in json.loads(reason_file.read_text(encoding="utf-8"))["message"]
+        # fine.png was in flight beside it: given back without an attempt counted, not failed.
+        assert wait_for(lambda: any("another job timed out" in r for r in _reasons(running, "fine.png")))
+        (tmp_path / "white").touch()
+        out = config.hot_folders[0].output_dir
+        assert wait_for((out / "fine.png.json").exists, timeout=60)
+        assert _job(running, "fine.png").attempts == 1
