@@ -11,7 +11,7 @@ import pytest
 
 from appliance.config import EngineConfig, OnnxReaderConfig, VlmGgufConfig
 from appliance.engines import factory
-from appliance.engines.base import Engine, SecondReader
+from appliance.engines.base import Engine, SecondReader, parallel_reads
 from appliance.engines.details import CascadeRecord, ReadFigures
 from appliance.errors import ModelError
 from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
@@ -181,3 +181,17 @@ def test_decoding_sums_and_the_memory_peak_over_pages() -> None:
     assert totals["fallbacks"] == 3
     assert gpu_memory_peak(pages) == 9 and gpu_memory_peak([{}]) is None
     assert "fallbacks" not in decoding_totals([_page("vlm", generated_tokens=1)])
+
+
+class _TwoAtOnce(FixedTextEngine):
+    parallel_reads = 2
+
+
+class _OneAtATimeReader(FakeVlmReader):
+    parallel_reads = 1
+
+
+def test_a_pair_reads_as_many_pages_at_once_as_its_first_engine_unless_a_reader_says_fewer() -> None:
+    assert parallel_reads(FixedTextEngine()) == 1  # an engine that does not say reads one at a time
+    assert parallel_reads(factory.EnginePair(_TwoAtOnce(), FakeVlmReader(["A"]))) == 2
+    assert parallel_reads(factory.EnginePair(_TwoAtOnce(), _OneAtATimeReader(["A"]))) == 1

@@ -87,9 +87,11 @@ class EnginePair:
         self.first = first
         self.readers = {reader.name: reader for reader in readers}
         self.name = first.name
-        # As many pages at once as the first engine reads well; a second reader that cannot read
-        # two at once serialises its own reads (the VLM engine holds one llama.cpp context).
-        self.parallel_reads = parallel_reads(first)
+        # As many pages at once as the first engine reads well, unless a second reader says fewer:
+        # the VLM reads one thing at a time on its one llama.cpp context and needs the GPU memory
+        # that a second page in flight would take (4.9-5.2 GB against 3.9 on an H200).
+        declared = [parallel_reads(reader) for reader in readers if hasattr(reader, "parallel_reads")]
+        self.parallel_reads = min([parallel_reads(first), *declared])
 
     @property
     def vlm(self) -> SecondReader:

@@ -56,8 +56,9 @@ BUILTIN_MANIFEST = "ppocrv5_mobile"  # the set the INT8/FP16 variants of quantiz
 _ORIENTATION_GATE = 0.9
 # Pages a worker reads at once when the models run on CUDA: while one page's models run on the
 # GPU, another's host stages (decode, preprocess, detector post-processing, crops) run on the
-# CPU. Two gave 1.7-1.9x the pages a second of one on an H200 and a third little more, while
-# each thread adds its own cuDNN and cuBLAS handles to the GPU memory (bench/README).
+# CPU. Two gave 1.4-1.9x the pages a second of one on H200 boxes and a third little more, while
+# each thread adds its own cuDNN and cuBLAS handles to the GPU memory (3.9 -> 4.9-5.2 GB;
+# bench/README). `jobs.per_worker: 1` keeps a small card at 3.9 GB.
 GPU_PAGES_IN_FLIGHT = 2
 
 

@@ -163,8 +163,10 @@ class VlmGgufEngine:
         )
         self.last_generation: Generation | None = None  # the tokens of the last page (benchmarks, tests)
         # One llama.cpp context serves every read: a worker reading several pages at once
-        # (engines.base.parallel_reads) sends its pages' reads here one after another.
+        # (engines.base.parallel_reads) sends its pages' reads here one after another, and one
+        # that has this engine loaded reads one job at a time by default.
         self._busy = threading.Lock()
+        self.parallel_reads = 1
         self._pieces: dict[int, bytes] = {}  # each token's bytes, asked of llama.cpp once
         self._stops = [stop.encode("utf-8") for stop in self.profile.stop]
         # Verification costs by batch size, learnt over every page this engine reads.
