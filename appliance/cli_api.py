@@ -371,8 +371,9 @@ def _watch(client: Any, args: argparse.Namespace) -> ExitCode:
     """Follow transitions until Ctrl-C or SIGTERM, either of which ends the watch with exit 0."""
     from appliance.api.client import Client
 
-    # Ctrl-C raises KeyboardInterrupt (Python's default handler); SIGTERM would otherwise kill the
-    # process without printing the last newline. grpc's blocking iterator wakes for both.
+    # Until the stream runs, Ctrl-C raises KeyboardInterrupt (Python's default handler) and SIGTERM
+    # _TerminatedError (it would otherwise kill the process without the last newline); once it
+    # runs, both cancel it (grpc's blocking iterator wakes for signals, and ends when cancelled).
     signal.signal(signal.SIGTERM, _on_terminate)
     job_id = args.job
     if job_id and len(job_id) < 32:  # the stream filters by the full id: the daemon resolves a prefix
@@ -385,7 +386,10 @@ def _watch(client: Any, args: argparse.Namespace) -> ExitCode:
     # The stream has no deadline; a second channel answers status calls for the bar meanwhile.
     with Client(client.target.removeprefix("unix:"), timeout=args.timeout) as side:
         try:
-            for event in client.watch(max(args.after, 0), job_id, only_new=args.after < 0):
+            stream = client.watch(max(args.after, 0), job_id, only_new=args.after < 0)
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, lambda _signum, _frame: stream.cancel())
+            for event in stream:
                 line = (
                     f"{_when(event.at)}  #{event.seq}  {event.job_id[:8]}  "
                     f"{_job_state_name(event.from_state)} -> {_job_state_name(event.to_state)}"

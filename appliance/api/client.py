@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -81,15 +82,10 @@ class Client:
         except grpc.RpcError as error:
             raise _error(error, self.target) from None
 
-    def watch(self, after_seq: int = 0, job_id: str = "", only_new: bool = False) -> Iterator[pb.JobEvent]:
+    def watch(self, after_seq: int = 0, job_id: str = "", only_new: bool = False) -> EventStream:
         """Transitions as they happen, without a deadline; resume with the last `seq` seen."""
         request = pb.WatchEventsRequest(after_seq=after_seq, job_id=job_id, only_new=only_new)
-        try:
-            yield from self.stub.WatchEvents(request)
-        except grpc.RpcError as error:
-            if isinstance(error, grpc.Call) and error.code() is grpc.StatusCode.CANCELLED:
-                return
-            raise _error(error, self.target) from None
+        return EventStream(self.stub.WatchEvents(request), self.target)
 
     def reprocess(self, request: pb.ReprocessRequest) -> pb.ReprocessResponse:
         try:
@@ -138,3 +134,27 @@ class Client:
             return self.stub.GetMetrics(pb.GetMetricsRequest(), timeout=self.timeout)
         except grpc.RpcError as error:
             raise _error(error, self.target) from None
+
+
+class EventStream:
+    """A running watch: iterate over it for the transitions; `cancel()` ends it.
+
+    `cancel()` may be called from a signal handler: ending the call is how grpc's blocking
+    iterator is left safely (an exception raised by a handler inside grpc's own code can leave
+    the process hanging at exit), and the iteration then simply ends.
+    """
+
+    def __init__(self, call: Any, target: str) -> None:
+        self._call = call
+        self._target = target
+
+    def __iter__(self) -> Iterator[pb.JobEvent]:
+        try:
+            yield from self._call
+        except grpc.RpcError as error:
+            if isinstance(error, grpc.Call) and error.code() is grpc.StatusCode.CANCELLED:
+                return
+            raise _error(error, self._target) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
