@@ -170,6 +170,16 @@ def test_transform_round_trip_of_a_quarter_turn() -> None:
     assert np.allclose(transform.to_original(processed[None, :])[0], [10.0, 20.0])
 
 
+def test_points_map_back_through_every_step_added_after_an_earlier_mapping() -> None:
+    # The inverse is kept between mappings (a page maps every line and word): a step added
+    # later must not be mapped back through the inverse of the steps before it.
+    transform = PageTransform()
+    transform.then(np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]]))
+    assert np.allclose(transform.to_original(np.array([[10.0, 20.0]]))[0], [5.0, 10.0])
+    transform.then(np.array([[1.0, 0.0, -4.0], [0.0, 1.0, -6.0]]))
+    assert np.allclose(transform.to_original(np.array([[6.0, 14.0]]))[0], [5.0, 10.0])
+
+
 def test_a_page_reading_upside_down_is_read_again_turned() -> None:
     page = np.full((100, 200, 3), 255, np.uint8)
     page[0, 0] = 0  # the top-left corner is dark: this page is upside down

@@ -233,8 +233,8 @@ def read_page(
     layout_ms = (time.perf_counter() - layout_started) * 1000
     warnings: list[str] = []
     occluded = 0
+    prepared.transform.lines_to_original(page_text.lines)
     for line in page_text.lines:
-        prepared.transform.line_to_original(line)
         if any(_overlaps(line.box, seal) for seal in occlusions):
             line.occluded = True
             occluded += 1

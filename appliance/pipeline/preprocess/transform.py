@@ -24,6 +24,10 @@ class PageTransform:
     """Maps raster-page pixels to processed-page pixels (`matrix`), and back."""
 
     matrix: np.ndarray = field(default_factory=_identity)
+    # The inverse, made once for the matrix it was made of (a page maps every line and word back).
+    _inverse: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def is_identity(self) -> bool:
@@ -36,9 +40,12 @@ class PageTransform:
 
     def to_original(self, points: np.ndarray) -> np.ndarray:
         """Processed-page points (N x 2) in raster-page pixels."""
-        inverse = np.linalg.inv(self.matrix)
+        if self._inverse is None or self._inverse[0] is not self.matrix:
+            self._inverse = (self.matrix, np.linalg.inv(self.matrix))
+        inverse = self._inverse[1]
         homogeneous = np.hstack([points, np.ones((len(points), 1))])
-        return (homogeneous @ inverse.T)[:, :2]
+        mapped: np.ndarray = (homogeneous @ inverse.T)[:, :2]
+        return mapped
 
     def box_to_original(self, box: Box) -> Box:
         x0, y0, x1, y1 = box
@@ -56,10 +63,19 @@ class PageTransform:
         mapped = self.to_original(np.array(polygon, dtype=np.float64))
         return tuple((float(x), float(y)) for x, y in mapped)
 
-    def line_to_original(self, line: Line) -> None:
-        """Rewrite a line's box, polygon and word boxes in raster-page pixels (in place)."""
+    def lines_to_original(self, lines: list[Line]) -> None:
+        """Rewrite every line's box, polygon and word boxes in raster-page pixels (in place)."""
         if self.is_identity:
             return
+        for line in lines:
+            self._line_to_original(line)
+
+    def line_to_original(self, line: Line) -> None:
+        """Rewrite a line's box, polygon and word boxes in raster-page pixels (in place)."""
+        if not self.is_identity:
+            self._line_to_original(line)
+
+    def _line_to_original(self, line: Line) -> None:
         if len(line.polygon) >= 3:
             # The box of the mapped outline, not the mapped box: a box turned by a deskew angle
             # and boxed again grows by the line's length times the angle, and swallows neighbours.
