@@ -185,11 +185,15 @@ BENCH_HELPERS = ("bench.scoring", "bench.text_forms")
 # another change's, so the import stays until those attacks move to a module of their own.
 # tests/test_bench_second_reader.py tests two benchmark tools themselves (peak RSS per variant in a
 # child process, the rule that picks a second reader's threshold), as test_bench_scoring does.
+# tests/test_pack_onnx_gpu.py tests the GPU transfer packer itself, its download step replaced by
+# fake wheels, which only an import can do.
 BENCH_IMPORT_EXCEPTIONS = frozenset(
     {
         ("tests/test_api_hostile.py", "bench"),
         ("tests/test_bench_second_reader.py", "bench.confidence_errors"),
         ("tests/test_bench_second_reader.py", "bench.ocr_bench"),
+        ("tests/test_pack_onnx_gpu.py", "bench"),
+        ("tests/test_pack_onnx_gpu.py", "bench.pack_onnx_gpu"),
     }
 )
 
