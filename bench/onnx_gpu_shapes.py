@@ -171,7 +171,7 @@ def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: 
             read_pages.append(read(Path(path)))
 
     # --threads: pages in flight in this one process, sharing its engine and CUDA context (a
-    # session may be run from several threads); the daemon's worker reads one page at a time.
+    # session may be run from several threads), as the daemon's worker reads `jobs.per_worker` jobs.
     with ThreadPoolExecutor(args.threads) as pool:
         per_thread = list(pool.map(lambda _: drain(), range(args.threads)))
     stages: dict[str, list[float]] = {}
