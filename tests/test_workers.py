@@ -10,6 +10,8 @@ import functools
 import json
 from pathlib import Path
 
+import pytest
+
 from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
 from appliance.journal import Job, JobState
 from tests.fakes.engines import GatedFaultEngine
@@ -28,8 +30,9 @@ def _config(root: Path, **jobs: object) -> AppConfig:
     )
 
 
-def _engine(root: Path, fault: str) -> functools.partial[GatedFaultEngine]:
-    return functools.partial(GatedFaultEngine, "INVOICE 42", str(root / "white"), str(root / "blue"), fault)
+def _engine(root: Path, fault: str, parallel_reads: int = 1) -> functools.partial[GatedFaultEngine]:
+    gates = (str(root / "white"), str(root / "blue"))
+    return functools.partial(GatedFaultEngine, "INVOICE 42", *gates, fault, parallel_reads)
 
 
 def _job(running: DaemonThread, name: str) -> Job:
@@ -61,6 +64,25 @@ def test_a_worker_reads_as_many_jobs_at_once_as_it_is_given(tmp_path: Path) -> N
             lambda: all((out / f"{name}.json").exists() for name in ("a.png", "b.png", "c.png", "d.png"))
         )
         assert all(_job(running, name).attempts == 1 for name in ("a.png", "b.png", "c.png", "d.png"))
+
+
+@pytest.mark.parametrize("parallel_reads", [1, 2])
+def test_by_default_a_worker_reads_as_many_jobs_at_once_as_its_engine_reads_well(
+    tmp_path: Path, parallel_reads: int
+) -> None:
+    config = _config(tmp_path)  # jobs.per_worker: 0
+    with DaemonThread(config, _engine(tmp_path, "abort", parallel_reads)) as running:
+        inbox = config.hot_folders[0].path
+        for index in range(3):
+            (inbox / f"{index}.png").write_bytes(png_bytes(size=(320, 200 + index)))
+
+        def held() -> bool:  # the gate holds every job sent: the rest wait in the queue
+            queued = running.daemon.journal.jobs(JobState.QUEUED)
+            return len(_running_names(running)) == parallel_reads and len(queued) == 3 - parallel_reads
+
+        assert wait_for(held)
+        (tmp_path / "white").touch()
+        assert wait_for(lambda: len(running.daemon.journal.jobs(JobState.DONE)) == 3)
 
 
 def test_a_worker_that_dies_reading_several_jobs_charges_only_the_one_that_kills_it(tmp_path: Path) -> None:

@@ -271,10 +271,13 @@ class GatedFaultEngine(FixedTextEngine):
 
     name = "fake_gated_fault"
 
-    def __init__(self, text: str, white_gate: str, blue_gate: str, fault: str) -> None:
+    def __init__(
+        self, text: str, white_gate: str, blue_gate: str, fault: str, parallel_reads: int = 1
+    ) -> None:
         super().__init__(text)
         self.gates = {False: Path(white_gate), True: Path(blue_gate)}
         self.fault = fault
+        self.parallel_reads = parallel_reads  # engines.base.parallel_reads: what jobs.per_worker 0 takes
 
     def recognize(self, image: np.ndarray) -> PageText:
         blue = _is_blue(image)
