@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from appliance.cluster.journal import PostgresJournal
 from appliance.config import AppConfig, parse_config
 from appliance.journal import JobState
 from appliance.journals import NODE_ID_FILE
-from tests.fakes.engines import fixed_text_engine
+from tests.fakes.engines import GatedFaultEngine, fixed_text_engine
 from tests.pg_server import ThrowawayPostgres, throwaway_postgres
 from tests.polling import DaemonThread, image_bytes, wait_for
 
@@ -95,20 +96,24 @@ def _all_done(journal: PostgresJournal, count: int, nodes: list[Node]) -> bool:
 
 
 def _in_process_config(
-    tmp_path: Path, dsn: str, *, rescan_seconds: float = 300.0, **journal: Any
+    tmp_path: Path,
+    dsn: str,
+    *,
+    rescan_seconds: float = 300.0,
+    jobs: dict[str, Any] | None = None,
+    **journal: Any,
 ) -> AppConfig:
     """One node's configuration, for a daemon run in the test's process (DaemonThread)."""
-    return parse_config(
-        {
-            "paths": {"state_dir": "state", "spool_dir": "spool"},
-            "hot_folders": [
-                {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
-            ],
-            "intake": {"settle_seconds": 0.3, "rescan_seconds": rescan_seconds, "min_free_mb": 0.0},
-            "journal": {"backend": "postgresql", "dsn": dsn, "lease_seconds": 3.0, **journal},
-        },
-        base_dir=tmp_path,
-    )
+    settings: dict[str, Any] = {
+        "paths": {"state_dir": "state", "spool_dir": "spool"},
+        "jobs": jobs or {},
+        "hot_folders": [
+            {"path": "in", "output_dir": "out", "archive_dir": "archive", "failed_dir": "failed"}
+        ],
+        "intake": {"settle_seconds": 0.3, "rescan_seconds": rescan_seconds, "min_free_mb": 0.0},
+        "journal": {"backend": "postgresql", "dsn": dsn, "lease_seconds": 3.0, **journal},
+    }
+    return parse_config(settings, base_dir=tmp_path)
 
 
 def _observer(dsn: str) -> PostgresJournal:
@@ -270,3 +275,27 @@ def test_a_claim_a_dead_node_never_journalled_is_read_by_another_node(
         assert wait_for((tmp_path / "out" / "lost.png.json").exists, timeout=120)
     with _observer(dsn) as journal:
         assert [job.name for job in journal.jobs()] == ["lost.png"]
+
+
+def test_jobs_read_at_once_each_ask_for_their_lease_and_publish(
+    tmp_path: Path, postgres: ThrowawayPostgres
+) -> None:
+    # Two jobs in flight on one worker ask "may I publish?" at about the same time: each answer
+    # must reach the thread that asked, or a job waits for ever or writes on another's answer.
+    dsn = postgres.create_database()
+    (tmp_path / "in").mkdir()
+    config = _in_process_config(tmp_path, dsn, jobs={"per_worker": 2})
+    engine = functools.partial(
+        GatedFaultEngine, "HELLO", str(tmp_path / "go"), str(tmp_path / "never"), "hang"
+    )
+    with _observer(dsn) as journal, DaemonThread(config, engine):
+        names = ["one.png", "two.png"]
+        for index, name in enumerate(names):
+            (tmp_path / "in" / name).write_bytes(image_bytes(size=(200 + index, 120)))
+        assert wait_for(lambda: journal.counts()[JobState.RUNNING] == 2, timeout=120)
+        (tmp_path / "go").touch()
+        assert wait_for(lambda: journal.counts()[JobState.DONE] == 2, timeout=120), journal.counts()
+        assert sorted(path.name for path in (tmp_path / "out").glob("*.json")) == [
+            f"{n}.json" for n in sorted(names)
+        ]
+        assert chain.verify(dsn).entries == 2
