@@ -233,8 +233,17 @@ def _die_with_parent() -> None:
 
 def _run_job(reader: JobReader, request: JobRequest, stop: threading.Event, link: _DaemonLink) -> None:
     outcome = _read_one(reader, request, stop, link)
-    with contextlib.suppress(OSError):  # the daemon went away; the journal still has the job
+    try:
         link.send(("outcome", outcome))
+    except OSError:
+        pass  # the daemon went away; the journal still has the job
+    except Exception as error:  # an outcome that cannot be sent (pickled) must not leave the job waiting
+        log.exception("job %s: its outcome cannot be sent", request.job_id)
+        with contextlib.suppress(OSError):
+            failed = JobOutcome(
+                request.job_id, failure=FailureReason.INTERNAL, message=f"{type(error).__name__}: {error}"
+            )
+            link.send(("outcome", failed))
 
 
 def worker_main(

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
+from appliance import workers
 from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
+from appliance.errors import DocumentError, FailureReason
 from appliance.journal import Job, JobState
+from appliance.workers import JobRequest
 from tests.fakes.engines import GatedFaultEngine
 from tests.polling import DaemonThread, png_bytes, wait_for
 
@@ -132,3 +136,33 @@ def test_a_job_that_overruns_is_charged_and_the_others_in_flight_are_read_again(
         out = config.hot_folders[0].output_dir
         assert wait_for((out / "fine.png.json").exists, timeout=60)
         assert _job(running, "fine.png").attempts == 1
+
+
+class _RefusingLink:
+    """A daemon link whose pipe cannot take the first outcome (as one that cannot be pickled)."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, message: object) -> None:
+        if not self.sent:
+            self.sent.append(None)
+            raise TypeError("cannot pickle '_thread.lock' object")
+        self.sent.append(message)
+
+
+class _CorruptFileReader:
+    def read(self, *_args: object, **_kwargs: object) -> object:
+        raise DocumentError(FailureReason.CORRUPT, "not a page")
+
+
+def test_an_outcome_that_cannot_be_sent_comes_back_as_a_failure_of_its_job() -> None:
+    link = _RefusingLink()
+    request = JobRequest("job-1", "/spool/x.png", "/in/x.png", "/out", "x", ("json",))
+    workers._run_job(_CorruptFileReader(), request, threading.Event(), link)  # type: ignore[arg-type]
+    last = link.sent[-1]
+    assert isinstance(last, tuple) and last[0] == "outcome"
+    outcome = last[1]
+    assert isinstance(outcome, workers.JobOutcome) and outcome.job_id == "job-1"
+    assert outcome.failure is FailureReason.INTERNAL
+    assert "cannot pickle" in outcome.message
