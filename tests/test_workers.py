@@ -56,18 +56,18 @@ def test_a_worker_reads_as_many_jobs_at_once_as_it_is_given(tmp_path: Path) -> N
     with DaemonThread(config, _engine(tmp_path, "abort")) as running:
         inbox = config.hot_folders[0].path
         names = ("a.png", "b.png", "c.png", "d.png")
-        for name in names:
-            (inbox / name).write_bytes(png_bytes(size=(320, 200 + len(running.daemon.journal.jobs()))))
-        # One worker, three jobs in flight, the fourth waiting its turn.
-        assert wait_for(lambda: len(_running_names(running)) == 3)
-        assert len(running.daemon.journal.jobs(JobState.QUEUED)) == 1
+        for index, name in enumerate(names):
+            (inbox / name).write_bytes(png_bytes(size=(320, 200 + index)))  # four different files
+
+        def three_read_one_waits() -> bool:  # one worker, three jobs in flight, the fourth queued
+            queued = running.daemon.journal.jobs(JobState.QUEUED)
+            return len(_running_names(running)) == 3 and len(queued) == 1
+
+        assert wait_for(three_read_one_waits)
         assert running.daemon.snapshot_status().workers_busy == 1
         (tmp_path / "white").touch()
-        out = config.hot_folders[0].output_dir
-        assert wait_for(
-            lambda: all((out / f"{name}.json").exists() for name in ("a.png", "b.png", "c.png", "d.png"))
-        )
-        assert all(_job(running, name).attempts == 1 for name in ("a.png", "b.png", "c.png", "d.png"))
+        assert wait_for(lambda: len(running.daemon.journal.jobs(JobState.DONE)) == 4)
+        assert all(_job(running, name).attempts == 1 for name in names)
 
 
 @pytest.mark.parametrize("parallel_reads", [1, 2])
@@ -106,12 +106,11 @@ def test_a_worker_that_dies_reading_several_jobs_charges_only_the_one_that_kills
         assert "SIGABRT" in reason["message"]
         # Its first death, shared with fine.png, was not counted: it died twice more, alone.
         assert reason["attempts"] == 2
-        assert running.daemon.stats.worker_restarts == 3
-        out = config.hot_folders[0].output_dir
-        assert wait_for((out / "fine.png.json").exists, timeout=60)
-        fine = _job(running, "fine.png")
-        assert fine.state is JobState.DONE
-        assert fine.attempts == 1
+        assert wait_for(lambda: running.daemon.stats.worker_restarts == 3)  # counted after the failure
+        # The results are written before the journal records the job done: wait for the journal.
+        assert wait_for(lambda: _job(running, "fine.png").state is JobState.DONE, timeout=60)
+        assert (config.hot_folders[0].output_dir / "fine.png.json").exists()
+        assert _job(running, "fine.png").attempts == 1
         assert any(
             "while reading 2 jobs; read again alone" in reason for reason in _reasons(running, "fine.png")
         )
