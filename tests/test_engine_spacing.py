@@ -8,7 +8,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer
-from appliance.engines.ppocr_onnx.spacing import restore_spaces
+from appliance.engines.ppocr_onnx.spacing import longest_blanks, restore_spaces
 from tests.rendering import CJK_FONT, LATIN_FONT
 
 MONO_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf")
@@ -138,3 +138,22 @@ def test_paper_beside_a_narrow_glyph_needs_the_recognisers_agreement() -> None:
     unsure = LineRead(read.text, read.confidences, read.positions, [0.0] * len(read.text))
     assert restore_spaces(unsure, crop, 0.3).text == "1717"
     assert restore_spaces(hinted(unsure, 2, 0.5), crop, 0.3).text == "17 17"
+
+
+def test_the_longest_blank_of_every_range_is_that_of_the_range_cut_out() -> None:
+    def cut_out(ink: np.ndarray, start: int, end: int) -> int:
+        """The definition: the longest run of blank columns in ink[start:end] alone."""
+        longest = run = 0
+        for column in ink[start:end]:
+            run = 0 if column else run + 1
+            longest = max(longest, run)
+        return longest
+
+    rng = np.random.default_rng(7)
+    for width in (0, 1, 5, 40, 200):
+        for density in (0.0, 0.3, 0.9, 1.0):
+            ink = rng.random(width) < density
+            starts = rng.integers(0, width + 1, 30)
+            ends = rng.integers(0, width + 1, 30)  # some ranges empty or reversed
+            expected = [cut_out(ink, int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
+            assert list(longest_blanks(ink, starts, ends)) == expected, (width, density)
