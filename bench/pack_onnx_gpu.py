@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import lzma
@@ -32,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.hashing import sha256_file
 from bench.strip_fatbin import zero_other_archs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,14 +151,6 @@ def pip_download(requirements: Sequence[str], dest: Path, *options: str) -> list
 
 def wheel_name(wheel: Path) -> str:
     return normalise(wheel.name.split("-", 1)[0])
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
