@@ -70,11 +70,6 @@ class PageTransform:
         for line in lines:
             self._line_to_original(line)
 
-    def line_to_original(self, line: Line) -> None:
-        """Rewrite a line's box, polygon and word boxes in raster-page pixels (in place)."""
-        if not self.is_identity:
-            self._line_to_original(line)
-
     def _line_to_original(self, line: Line) -> None:
         if len(line.polygon) >= 3:
             # The box of the mapped outline, not the mapped box: a box turned by a deskew angle
