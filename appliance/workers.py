@@ -298,8 +298,8 @@ class Worker:
         self._per_worker = per_worker
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
-        self.jobs: dict[str, JobRequest] = {}  # job id -> request, in the order they were sent
-        self._started: dict[str, float] = {}
+        # The jobs it is reading, in the order they were sent: job id -> when it was sent.
+        self.jobs: dict[str, float] = {}
         self.capacity = 1  # jobs it reads at once, as the worker said when ready
         self.last_progress = time.monotonic()
         self.pages_done = 0
@@ -320,7 +320,7 @@ class Worker:
         process.start()
         child.close()
         self._process, self._connection = process, parent
-        self.jobs, self._started = {}, {}
+        self.jobs = {}
         if not parent.poll(timeout):
             self.kill()
             raise ModelError(f"{self.name}: the engine did not load within {timeout:.0f} s")
@@ -359,8 +359,7 @@ class Worker:
         now = time.monotonic()
         if not self.jobs:
             self.last_progress = now
-        self.jobs[request.job_id] = request
-        self._started[request.job_id] = now
+        self.jobs[request.job_id] = now
 
     def poll(self) -> list[JobOutcome]:
         """The outcomes of the jobs that are finished, without waiting."""
@@ -379,7 +378,6 @@ class Worker:
                 elif kind == "outcome":
                     assert isinstance(payload, JobOutcome)
                     self.jobs.pop(payload.job_id, None)
-                    self._started.pop(payload.job_id, None)
                     self.last_progress = time.monotonic()
                     outcomes.append(payload)
         except (EOFError, OSError):
@@ -393,7 +391,7 @@ class Worker:
     def overdue(self, limit_seconds: float) -> list[str]:
         """The jobs it has been reading for longer than `limit_seconds`."""
         now = time.monotonic()
-        return [job_id for job_id, started in self._started.items() if now - started > limit_seconds]
+        return [job_id for job_id, sent in self.jobs.items() if now - sent > limit_seconds]
 
     def replace_factory(
         self, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int
@@ -429,4 +427,4 @@ class Worker:
         if self._connection is not None:
             self._connection.close()
         self._connection = None
-        self.jobs, self._started = {}, {}
+        self.jobs = {}
