@@ -14,24 +14,12 @@ from pathlib import Path
 import pytest
 
 from appliance import workers
-from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
 from appliance.errors import DocumentError, FailureReason
 from appliance.journal import Job, JobState
 from appliance.workers import JobRequest
 from tests.fakes.engines import GatedFaultEngine
 from tests.polling import DaemonThread, png_bytes, wait_for
-
-
-def _config(root: Path, **jobs: object) -> AppConfig:
-    folder = HotFolderConfig(
-        path=root / "in", output_dir=root / "out", archive_dir=root / "archive", failed_dir=root / "failed"
-    )
-    return AppConfig(
-        paths=PathsConfig(state_dir=root / "state"),
-        hot_folders=(folder,),
-        intake=IntakeConfig(settle_seconds=0.3, min_free_mb=0.0),
-        jobs=JobsConfig(**{"retry_backoff_seconds": 0.0, **jobs}),  # type: ignore[arg-type]
-    )
+from tests.test_daemon import _config
 
 
 def _engine(root: Path, fault: str, parallel_reads: int = 1) -> functools.partial[GatedFaultEngine]:
@@ -52,7 +40,7 @@ def _reasons(running: DaemonThread, name: str) -> list[str]:
 
 
 def test_a_worker_reads_as_many_jobs_at_once_as_it_is_given(tmp_path: Path) -> None:
-    config = _config(tmp_path, per_worker=3)
+    config = _config(tmp_path, jobs={"per_worker": 3})
     with DaemonThread(config, _engine(tmp_path, "abort")) as running:
         inbox = config.hot_folders[0].path
         names = ("a.png", "b.png", "c.png", "d.png")
@@ -90,7 +78,7 @@ def test_by_default_a_worker_reads_as_many_jobs_at_once_as_its_engine_reads_well
 
 
 def test_a_worker_that_dies_reading_several_jobs_charges_only_the_one_that_kills_it(tmp_path: Path) -> None:
-    config = _config(tmp_path, per_worker=2, max_attempts=2)
+    config = _config(tmp_path, jobs={"per_worker": 2, "max_attempts": 2})
     with DaemonThread(config, _engine(tmp_path, "abort")) as running:
         inbox, failed = config.hot_folders[0].path, config.hot_folders[0].failed_dir
         (inbox / "segv.png").write_bytes(png_bytes(colour="blue"))
@@ -118,7 +106,7 @@ def test_a_worker_that_dies_reading_several_jobs_charges_only_the_one_that_kills
 
 def test_a_job_that_overruns_is_charged_and_the_others_in_flight_are_read_again(tmp_path: Path) -> None:
     # Long enough that fine.png, sent just after hang.png, is not overdue itself when hang.png is.
-    config = _config(tmp_path, per_worker=2, max_attempts=1, timeout_seconds=15.0)
+    config = _config(tmp_path, jobs={"per_worker": 2, "max_attempts": 1, "timeout_seconds": 15.0})
     (tmp_path / "blue").touch()  # blue pages hang as soon as they are read
     with DaemonThread(config, _engine(tmp_path, "hang")) as running:
         inbox, failed = config.hot_folders[0].path, config.hot_folders[0].failed_dir
