@@ -53,8 +53,8 @@ def _order_quad(points: np.ndarray) -> np.ndarray:
 
     Sorted as Python lists: for four points numpy's argsort and fancy indexing cost more in call
     overhead than the sorting, about 150 times a page, all of it holding the GIL that another page
-    in flight is waiting for (bench/README, "Host stages on the CPU": the host's share before and
-    after). `sorted` is stable, which numpy's default argsort is not; the corners come out the same
+    in flight is waiting for (bench/README, "On the H200 again, and in the daemon": the host's share
+    before and after). `sorted` is stable, which numpy's default argsort is not; the corners come out the same
     either way (tests/test_engine_detection.py).
     """
     by_x = sorted(points.tolist(), key=lambda point: point[0])
