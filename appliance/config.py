@@ -121,6 +121,10 @@ class PpocrOnnxConfig(_Strict):
     # every session draws on; with `per_session` each session's own (one per fixed shape and role).
     gpu_mem_limit_mb: StrictInt = Field(default=2048, ge=64)
     gpu_arena: Literal["shared", "per_session"] = "shared"
+    # The unix socket of a session server (engines/ppocr_onnx/session_server.py) to open the models
+    # in instead of in this process: the worker processes then share its one set of sessions, CUDA
+    # context and arena. The daemon sets it when jobs.session_server is on; null: sessions here.
+    session_server: Path | None = None
     # How cuDNN picks a convolution's algorithm on the CUDA provider (paid once per fixed shape).
     cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,

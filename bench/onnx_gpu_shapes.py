@@ -1,11 +1,14 @@
 """The ppocr_onnx engine on the CUDA provider: load and warm-up time, pages/s, ms by stage, peak GPU memory.
 
-Usage: python -m bench.onnx_gpu_shapes [--variant SPEC] [--workers N] [--threads N] [--full] DIR [DIR ...]
+Usage: python -m bench.onnx_gpu_shapes [--variant SPEC] [--workers N] [--threads N] [--full]
+       [--session-server [--runners N]] DIR [DIR ...]
 
 Reads every image of the folders with `--workers` processes, each loading its own engine as the
 daemon's `jobs.workers` processes do, taking pages from one queue once all have loaded (with
 `--threads N`, N pages at a time in each process, sharing its engine: not what the daemon does, a
-measure of pages in flight in one process); prints one JSON line: load and warm-up ms, pages/s over
+measure of pages in flight in one process; with `--session-server`, the workers' models run in one
+session server process on `--runners` threads, as the daemon runs them with jobs.session_server);
+prints one JSON line: load and warm-up ms, pages/s over
 all workers, mean ms of each stage, and the peak of nvidia-smi's memory.used for the card, sampled
 every 0.2 s from before the first load to the end (the processes' CUDA contexts included). Without
 `--full` a worker runs the engine alone on decoded images; with it, the whole pipeline a job runs
@@ -24,6 +27,7 @@ import multiprocessing as mp
 import queue
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -105,10 +109,13 @@ def _engine_config(args: argparse.Namespace) -> Any:
     from appliance.variants import variant_engine_config
 
     config = variant_engine_config(AppConfig().engine, args.variant)
+    update: dict[str, Any] = {}
     if args.widths:
-        widths = tuple(int(width) for width in args.widths.split(","))
-        onnx = config.ppocr_onnx.model_copy(update={"fixed_line_widths": widths})
-        config = config.model_copy(update={"ppocr_onnx": onnx})
+        update["fixed_line_widths"] = tuple(int(width) for width in args.widths.split(","))
+    if args.socket:
+        update["session_server"] = Path(args.socket)
+    if update:
+        config = config.model_copy(update={"ppocr_onnx": config.ppocr_onnx.model_copy(update=update)})
     return config
 
 
@@ -214,7 +221,10 @@ def main() -> None:
     parser.add_argument("--cuda-option", action="append", default=[], help="CUDA provider KEY=VALUE")
     parser.add_argument("--no-best-class", action="store_true")
     parser.add_argument("--cuda-graph", action="store_true")
+    parser.add_argument("--session-server", action="store_true", help="the models in one server process")
+    parser.add_argument("--runners", type=int, default=1, help="the session server's run threads")
     args = parser.parse_args()
+    args.socket = None
     paths: list[Path] = []
     for folder in args.folders:
         images = folder / "images" if (folder / "images").is_dir() else folder
@@ -227,6 +237,13 @@ def main() -> None:
     before = gpu_memory_mib()
     sampler = MemorySampler()
     sampler.start()
+    server = None
+    if args.session_server:
+        from appliance.engines.ppocr_onnx.session_server import SessionServerProcess
+
+        args.socket = str(Path(tempfile.mkdtemp(prefix="ocr-bench-")) / "sessions.sock")
+        server = SessionServerProcess(Path(args.socket), runners=args.runners)
+        server.start()
     workers = [
         context.Process(target=_worker, args=(args, pages, results, ready, go)) for _ in range(args.workers)
     ]
@@ -240,6 +257,8 @@ def main() -> None:
     elapsed = max(finished for _, finished, _ in done) - started
     for worker in workers:
         worker.join()
+    if server is not None:
+        server.stop()
     peak = sampler.stop()
     stages: dict[str, list[float]] = {}
     for _, _, worker_stages in done:
@@ -255,6 +274,7 @@ def main() -> None:
         "full": args.full,
         "workers": args.workers,
         "threads": args.threads,
+        "session_server_runners": args.runners if args.session_server else None,
         "pages": count,
         "load_ms": [round(ms) for ms, _, _ in loads],
         "warm_up_ms": describe.get("warm_up_ms"),

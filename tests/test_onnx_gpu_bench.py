@@ -51,6 +51,24 @@ def test_workers_read_every_page_once_between_them(pages: Path, workers: int, th
     assert "gpu_mib_peak" in report
 
 
+def test_workers_with_a_session_server_read_every_page_through_it(pages: Path) -> None:
+    done = _bench(
+        pages,
+        "--variant",
+        "fp32+provider=cpu+fixed_shapes=on+fixed_batch_size=2+det_limit_side_len=640",
+        "--workers",
+        "2",
+        "--session-server",
+        "--runners",
+        "2",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["session_server_runners"] == 2
+    assert report["pages"] == 3
+    assert report["providers"] == ["CPUExecutionProvider"]
+
+
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has the CUDA provider"
 )

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 import cv2
 import numpy as np
-import onnxruntime as ort
 import pyclipper
 
 from appliance.engines.ppocr_onnx.image_input import takes_image
+from appliance.engines.ppocr_onnx.sessions import ModelSession
 from appliance.engines.ppocr_onnx.shapes import choose_bucket, pad_page, paper_colour
 
 # The detector's input normalisation (ImageNet's), per channel of the BGR page as it is read.
@@ -102,13 +102,13 @@ class TextDetector:
 
     def __init__(
         self,
-        session: ort.InferenceSession,
+        session: ModelSession,
         limit_side_len: int,
         threshold: float,
         box_threshold: float,
         unclip_ratio: float,
         *,
-        buckets: Mapping[tuple[int, int], ort.InferenceSession] | None = None,
+        buckets: Mapping[tuple[int, int], ModelSession] | None = None,
     ) -> None:
         """`buckets`: one session per fixed (height, width) input (shapes.py); None: `session` takes any.
 

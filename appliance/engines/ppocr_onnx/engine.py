@@ -12,7 +12,6 @@ from typing import Any
 
 import cv2
 import numpy as np
-import onnxruntime as ort
 
 from appliance.config import PpocrOnnxConfig
 from appliance.document import Line, Word
@@ -37,7 +36,14 @@ from appliance.engines.ppocr_onnx.lone_colons import add_lone_colons
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.presets import apply_preset, on_gpu
 from appliance.engines.ppocr_onnx.recognition import LineRead, TextRecognizer, dictionary
-from appliance.engines.ppocr_onnx.sessions import CUDA, SessionInfo, create_session, prepare_cuda
+from appliance.engines.ppocr_onnx.remote_session import RemoteSession, SessionServerClient
+from appliance.engines.ppocr_onnx.sessions import (
+    CUDA,
+    ModelSession,
+    SessionInfo,
+    create_session,
+    prepare_cuda,
+)
 from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from appliance.errors import ModelError
@@ -189,6 +195,7 @@ class PpocrOnnxEngine:
             paths[role] = verify_models(variant, Path(variant.source).parent, roles=(role,))[role]
             self._entries[role] = entry
         self._sessions: dict[str, SessionInfo] = {}
+        self._server: SessionServerClient | None = None  # with engine.ppocr_onnx.session_server
         self._folded: dict[str, int] = {}
         # The dictionary, the entries a charset keeps (None: all), and the dictionary's length.
         keys = dictionary(paths)
@@ -205,8 +212,10 @@ class PpocrOnnxEngine:
         det_sizes = detector_buckets(config.det_limit_side_len) if self._fixed else ()
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
-        buckets = {size: self._open("det", paths["det"], graphs["det"]) for size in det_sizes}
-        by_width = {width: self._open("rec", paths["rec"], graphs["rec"]) for width in widths}
+        buckets = {
+            size: self._open("det", paths["det"], graphs["det"], f"{size[0]}x{size[1]}") for size in det_sizes
+        }
+        by_width = {width: self._open("rec", paths["rec"], graphs["rec"], str(width)) for width in widths}
         sessions = {
             role: self._open(role, paths[role], graphs[role]) for role in roles if role not in ("det", "rec")
         }
@@ -250,9 +259,9 @@ class PpocrOnnxEngine:
 
     def _warm(
         self,
-        buckets: dict[tuple[int, int], ort.InferenceSession],
-        by_width: dict[int, ort.InferenceSession],
-        cls_session: ort.InferenceSession | None,
+        buckets: dict[tuple[int, int], ModelSession],
+        by_width: dict[int, ModelSession],
+        cls_session: ModelSession | None,
         batch_size: int,
     ) -> float:
         """One run of each fixed-shape session at its one shape, largest first; the milliseconds it took.
@@ -260,7 +269,7 @@ class PpocrOnnxEngine:
         The first page then does not pay the CUDA provider's setup (cuDNN plans, 1-2 s a shape).
         """
         started = time.perf_counter()
-        runs: list[tuple[ort.InferenceSession, tuple[int, ...]]] = [
+        runs: list[tuple[ModelSession, tuple[int, ...]]] = [
             (session, (1, *size, 3) if takes_image(session) else (1, 3, *size))
             for size, session in buckets.items()
         ]
@@ -279,25 +288,36 @@ class PpocrOnnxEngine:
         log.info("%d fixed-shape sessions warmed in %.0f ms", len(runs), elapsed)
         return elapsed
 
-    def _open(self, role: str, path: Path, model: bytes | None) -> ort.InferenceSession:
-        """A session of one role on `model` (graph_at_load's graph, None: the file), recorded by role."""
+    def _open(self, role: str, path: Path, model: bytes | None, slot: str = "") -> ModelSession:
+        """A session of one role on `model` (graph_at_load's graph, None: the file), recorded by role.
+
+        `slot` tells apart sessions of one graph that must stay apart (one per fixed shape); with
+        engine.ppocr_onnx.session_server the session is opened there, shared with the other
+        workers that ask for the same slot, graph and options.
+        """
         config = self._config
         # Lines run side by side on single-threaded runs; the detector's one run per page keeps
         # every intra-op thread.
         line_model = role != "det" and self._pool is not None
-        session, self._sessions[role] = create_session(
-            path,
-            config.provider,
-            1 if line_model else config.intra_op_threads,
-            config.inter_op_threads,
-            allow_spinning=config.allow_spinning,
-            graph_level=config.graph_optimization,
-            model=model,
-            gpu_mem_limit_mb=config.gpu_mem_limit_mb,
-            cuda_options={"cudnn_conv_algo_search": config.cudnn_conv_algo_search},
-            shared_arena=config.gpu_arena == "shared",
-        )
-        return session
+        options: dict[str, Any] = {
+            "provider": config.provider,
+            "intra_op_threads": 1 if line_model else config.intra_op_threads,
+            "inter_op_threads": config.inter_op_threads,
+            "allow_spinning": config.allow_spinning,
+            "graph_level": config.graph_optimization,
+            "gpu_mem_limit_mb": config.gpu_mem_limit_mb,
+            "cuda_options": {"cudnn_conv_algo_search": config.cudnn_conv_algo_search},
+            "shared_arena": config.gpu_arena == "shared",
+        }
+        if config.session_server is not None:
+            if self._server is None:
+                self._server = SessionServerClient(config.session_server)
+            remote = RemoteSession(self._server, f"{role} {slot}", path, model, options)
+            self._sessions[role] = SessionInfo(**remote.info)
+            return remote
+        local: ModelSession
+        local, self._sessions[role] = create_session(path, model=model, **options)
+        return local
 
     def graph_at_load(self, role: str, path: Path) -> bytes | None:
         """The serialized graph the engine runs for `role`, or None when that is the file as it is.
@@ -375,6 +395,7 @@ class PpocrOnnxEngine:
             "fixed_shapes": self._fixed,
             "shared_cuda_arena": any(info.shared_arena for info in self._sessions.values()),
             "warm_up_ms": round(self._warm_ms, 1),
+            "session_server": str(self._config.session_server) if self._config.session_server else None,
             "charset": self._config.charset,
             "classes": len(self._recognizer.keys),
         }
@@ -465,3 +486,5 @@ class PpocrOnnxEngine:
         self._sessions.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._server is not None:
+            self._server.close()

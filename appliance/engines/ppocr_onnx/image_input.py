@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
+
+from appliance.engines.ppocr_onnx.sessions import ModelSession
 
 IMAGE_INPUT = "page_bgr_uint8"
 
@@ -53,7 +54,7 @@ def prepend_normalisation(model: bytes | Path, mean: Sequence[float], std: Seque
     return bytes(proto.SerializeToString())
 
 
-def takes_image(session: ort.InferenceSession) -> bool:
+def takes_image(session: ModelSession) -> bool:
     """Whether a session's first input is prepend_normalisation's uint8 page."""
     node = session.get_inputs()[0]
     return bool(node.name == IMAGE_INPUT and node.type == "tensor(uint8)")

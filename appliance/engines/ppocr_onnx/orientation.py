@@ -14,8 +14,8 @@ from concurrent.futures import Executor
 
 import cv2
 import numpy as np
-import onnxruntime as ort
 
+from appliance.engines.ppocr_onnx.sessions import ModelSession
 from appliance.engines.ppocr_onnx.shapes import pad_rows
 
 _INPUT_W, _INPUT_H = 160, 80
@@ -45,7 +45,7 @@ class LineOrientation:
 
     def __init__(
         self,
-        session: ort.InferenceSession,
+        session: ModelSession,
         batch_size: int = 16,
         pool: Executor | None = None,
         threads: int = 1,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime as ort
 
 from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, SPACE_OUTPUT, has_best_class
+from appliance.engines.ppocr_onnx.sessions import ModelSession
 from appliance.engines.ppocr_onnx.shapes import choose_width
 from appliance.errors import ModelError
 
@@ -120,14 +120,14 @@ class TextRecognizer:
 
     def __init__(
         self,
-        session: ort.InferenceSession,
+        session: ModelSession,
         keys: list[str],
         batch_size: int,
         min_width: int = _MIN_WIDTH,
         *,
         pool: Executor | None = None,
         kept: list[int] | None = None,
-        widths: Mapping[int, ort.InferenceSession] | None = None,
+        widths: Mapping[int, ModelSession] | None = None,
     ) -> None:
         """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads).
 
@@ -237,9 +237,10 @@ class TextRecognizer:
         output = session.run(None, {self._input: tensor})[0][:rows]
         reads = []
         for probs, width in zip(output, widths, strict=True):
-            best = probs.argmax(axis=1)
-            space = probs[:, self._space] if self._space is not None else None
-            reads.append(self._decode(best, probs[np.arange(len(best)), best], width, batch_width, space))
+            classes = probs.argmax(axis=1)
+            space_probs = probs[:, self._space] if self._space is not None else None
+            scores = probs[np.arange(len(classes)), classes]
+            reads.append(self._decode(classes, scores, width, batch_width, space_probs))
         return reads
 
     def _decode(

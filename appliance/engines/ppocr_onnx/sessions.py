@@ -8,10 +8,10 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -48,6 +48,18 @@ class SessionInfo:
     requested: str
     fallback_reason: str | None = None
     shared_arena: bool = False  # its CUDA memory comes from the process's one arena
+
+
+class ModelSession(Protocol):
+    """What the engine asks of a session: onnxruntime's InferenceSession, or a RemoteSession in a server."""
+
+    def get_inputs(self) -> Sequence[Any]: ...
+
+    def get_outputs(self) -> Sequence[Any]: ...
+
+    def get_providers(self) -> Sequence[str]: ...
+
+    def run(self, output_names: Any, input_feed: dict[str, Any], /) -> Sequence[Any]: ...
 
 
 GraphLevel = Literal["basic", "extended", "all"]
@@ -237,7 +249,7 @@ def create_session(
 _INPUT_DTYPES: dict[str, type[np.generic]] = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
-def tiny_inputs(session: ort.InferenceSession) -> dict[str, np.ndarray]:
+def tiny_inputs(session: ModelSession) -> dict[str, np.ndarray]:
     """Zero inputs of a small shape the model takes: fixed sizes kept, 1 for a free batch, 32 otherwise."""
     feeds = {}
     for node in session.get_inputs():

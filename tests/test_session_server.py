@@ -1,0 +1,157 @@
+"""The session server: real sessions run in another process read a page as the engine's own do."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.config import PpocrOnnxConfig
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.ppocr_onnx.remote_session import RemoteSession, SessionServerClient
+from appliance.engines.ppocr_onnx.session_server import (
+    SessionServerError,
+    SessionServerProcess,
+    key_path,
+)
+from appliance.errors import ModelError
+from tests import rendering
+
+# The CPU engine under fixed shapes, the GPU's path (padded pages and line batches, one session a
+# shape), small so that it loads quickly on two cores.
+_CONFIG = PpocrOnnxConfig(provider="cpu", fixed_shapes="on", fixed_batch_size=4, det_limit_side_len=640)
+
+
+@pytest.fixture
+def socket_path() -> Iterator[Path]:
+    # A unix socket's path may not be longer than 107 bytes; pytest's tmp_path can be.
+    with tempfile.TemporaryDirectory(prefix="ocr-ss-") as folder:
+        yield Path(folder) / "run" / "sessions.sock"
+
+
+@pytest.fixture
+def server(socket_path: Path) -> Iterator[SessionServerProcess]:
+    started = SessionServerProcess(socket_path, runners=1)
+    started.start()
+    yield started
+    started.stop()
+
+
+def _lines(engine: PpocrOnnxEngine, image: np.ndarray) -> list[tuple[str, tuple[float, ...], float]]:
+    return [(line.text, tuple(line.box), round(line.confidence, 5)) for line in engine.recognize(image).lines]
+
+
+def test_a_page_read_through_the_server_is_read_as_by_sessions_of_its_own(
+    server: SessionServerProcess, socket_path: Path
+) -> None:
+    page = rendering.receipt().bgr()
+    local = PpocrOnnxEngine(_CONFIG)
+    remote = PpocrOnnxEngine(_CONFIG.model_copy(update={"session_server": socket_path}))
+    try:
+        expected = _lines(local, page)
+        assert expected and any("TOTAL" in text for text, _, _ in expected)
+        assert _lines(remote, page) == expected
+        assert remote.describe()["session_server"] == str(socket_path)
+        assert {model["provider"] for model in remote.describe()["models"]} == {"CPUExecutionProvider"}
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_engines_of_several_processes_share_one_set_of_sessions(
+    server: SessionServerProcess, socket_path: Path
+) -> None:
+    config = _CONFIG.model_copy(update={"session_server": socket_path})
+    first = PpocrOnnxEngine(config)
+    opened = SessionServerClient(socket_path).stats()["sessions"]
+    second = PpocrOnnxEngine(config)
+    try:
+        # 5 detector buckets, 4 line widths, orientation: each opened once, the second engine
+        # (as a second worker's) finds them open.
+        assert opened == 5 + 4 + 1
+        assert SessionServerClient(socket_path).stats()["sessions"] == opened
+        page = rendering.chinese_page().bgr()
+        assert _lines(second, page) == _lines(first, page)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_pages_read_on_several_threads_at_once_come_back_each_to_its_own(
+    server: SessionServerProcess, socket_path: Path
+) -> None:
+    engine = PpocrOnnxEngine(_CONFIG.model_copy(update={"session_server": socket_path}))
+    pages = [rendering.receipt().bgr(), rendering.chinese_page().bgr()] * 3
+    try:
+        expected = [_lines(engine, page) for page in pages[:2]] * 3
+        results: list[object] = [None] * len(pages)
+
+        def read(index: int) -> None:
+            results[index] = _lines(engine, pages[index])
+
+        threads = [threading.Thread(target=read, args=(index,)) for index in range(len(pages))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == expected
+    finally:
+        engine.close()
+
+
+def test_a_run_fails_clearly_when_the_server_is_gone_and_works_again_once_it_is_back(
+    socket_path: Path,
+) -> None:
+    first = SessionServerProcess(socket_path)
+    first.start()
+    engine = PpocrOnnxEngine(_CONFIG.model_copy(update={"session_server": socket_path}))
+    page = rendering.receipt().bgr()
+    try:
+        expected = _lines(engine, page)
+        first.stop()
+        with pytest.raises(SessionServerError, match="session server"):
+            engine.recognize(page)
+        second = SessionServerProcess(socket_path)
+        second.start()
+        try:
+            # The sessions are opened again in the new server from what the engine asked at load.
+            assert _lines(engine, page) == expected
+        finally:
+            second.stop()
+    finally:
+        engine.close()
+
+
+def test_a_client_without_the_key_is_refused(server: SessionServerProcess, socket_path: Path) -> None:
+    key = key_path(socket_path)
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert socket_path.parent.stat().st_mode & 0o777 == 0o700
+    real = key.read_bytes()
+    key.write_bytes(b"not the key")
+    try:
+        with pytest.raises(SessionServerError, match="cannot reach"):
+            SessionServerClient(socket_path).stats()
+    finally:
+        key.write_bytes(real)
+    assert SessionServerClient(socket_path).stats()["runners"] == 1
+
+
+def test_a_model_the_server_cannot_load_is_the_engines_model_error(
+    server: SessionServerProcess, socket_path: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a graph")
+    with pytest.raises(ModelError, match="cannot load"):
+        RemoteSession(SessionServerClient(socket_path), "det", broken, None, {"provider": "cpu"})
+    assert server.alive()
+
+
+def test_a_server_that_cannot_listen_says_so(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the socket's folder should be")
+    with pytest.raises(ModelError, match="session server"):
+        SessionServerProcess(blocked / "sessions.sock").start(timeout=30)
