@@ -20,6 +20,7 @@ from appliance.engines.ppocr_onnx.session_server import (
 )
 from appliance.errors import ModelError
 from tests import rendering
+from tests.polling import wait_for
 
 # The CPU engine under fixed shapes, the GPU's path (padded pages and line batches, one session a
 # shape), small so that it loads quickly on two cores.
@@ -79,6 +80,27 @@ def test_engines_of_several_processes_share_one_set_of_sessions(
     finally:
         first.close()
         second.close()
+
+
+def test_sessions_no_engine_holds_any_more_are_closed(
+    server: SessionServerProcess, socket_path: Path
+) -> None:
+    """A worker restarted on a new engine configuration leaves its old sessions to be closed."""
+    watcher = SessionServerClient(socket_path)
+    first = PpocrOnnxEngine(_CONFIG.model_copy(update={"session_server": socket_path}))
+    first.recognize(rendering.receipt().bgr())  # the line threads open the sessions on their own channels
+    assert watcher.stats()["sessions"] == 5 + 4 + 1
+    other = PpocrOnnxEngine(_CONFIG.model_copy(update={"session_server": socket_path, "fixed_batch_size": 2}))
+    try:
+        # Batches of 2 rows are other shapes: recogniser and orientation sessions of their own;
+        # the detector's buckets are the same and shared.
+        assert watcher.stats()["sessions"] == 5 + 4 + 1 + 4 + 1
+        first.close()
+        assert wait_for(lambda: watcher.stats()["sessions"] == 5 + 4 + 1, timeout=60)
+        assert other.recognize(rendering.receipt().bgr()).lines
+    finally:
+        other.close()
+        watcher.close()
 
 
 def test_pages_read_on_several_threads_at_once_come_back_each_to_its_own(

@@ -215,9 +215,14 @@ class PpocrOnnxEngine:
         buckets = {
             size: self._open("det", paths["det"], graphs["det"], f"{size[0]}x{size[1]}") for size in det_sizes
         }
-        by_width = {width: self._open("rec", paths["rec"], graphs["rec"], str(width)) for width in widths}
+        rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width
+        by_width = {
+            width: self._open("rec", paths["rec"], graphs["rec"], f"{rows}x{width}") for width in widths
+        }
         sessions = {
-            role: self._open(role, paths[role], graphs[role]) for role in roles if role not in ("det", "rec")
+            role: self._open(role, paths[role], graphs[role], f"{rows}" if self._fixed else "")
+            for role in roles
+            if role not in ("det", "rec")
         }
         for role, shaped in (("det", buckets), ("rec", by_width)):
             opened = list(shaped.values())

@@ -113,7 +113,10 @@ class SessionServer:
         self.instance = uuid.uuid4().hex
         self.runners = runners
         self._by_key: dict[str, int] = {}
-        self._sessions: list[_OpenSession] = []
+        # By id; None once no client holds it (a worker restarted on a new engine configuration
+        # opens new sessions, and the old ones' memory goes back to the arena for them).
+        self._sessions: list[_OpenSession | None] = []
+        self._holders: dict[int, int] = {}  # session id -> connections that opened it
         self._open_lock = threading.Lock()
         # A fixed pool: onnxruntime's CUDA provider keeps cuDNN and cuBLAS handles per thread that
         # runs, so the runners bound that memory whatever the number of clients.
@@ -130,16 +133,37 @@ class SessionServer:
         with self._open_lock:
             found = self._by_key.get(key)
             if found is not None:
+                self._holders[found] += 1
                 return found
             session, info = create_session(Path(path), model=model, **options)
             self._sessions.append(_OpenSession(session, info))
-            self._by_key[key] = len(self._sessions) - 1
-            log.info("session %s opened for %s (%d open)", key[:12], Path(path).name, len(self._sessions))
-            return self._by_key[key]
+            session_id = self._by_key[key] = len(self._sessions) - 1
+            self._holders[session_id] = 1
+            log.info("session %s opened for %s (%d open)", key[:12], Path(path).name, len(self._holders))
+            return session_id
+
+    def release(self, session_ids: set[int]) -> None:
+        """A connection that opened these sessions is gone; close those no connection holds any more."""
+        with self._open_lock:
+            for session_id in session_ids:
+                self._holders[session_id] -= 1
+                if self._holders[session_id] == 0:
+                    del self._holders[session_id]
+                    self._sessions[session_id] = None
+                    for key in [key for key, found in self._by_key.items() if found == session_id]:
+                        del self._by_key[key]
+                    open_now = len(self._holders)
+                    log.info("session %d closed, no client holds it (%d open)", session_id, open_now)
+
+    def opened(self, session_id: int) -> _OpenSession:
+        found = self._sessions[session_id] if 0 <= session_id < len(self._sessions) else None
+        if found is None:
+            raise ValueError(f"no open session {session_id}")
+        return found
 
     def run(self, session_id: int, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
         """One run of a session on a runner thread; the caller waits for its outputs."""
-        session = self._sessions[session_id].session
+        session = self.opened(session_id).session
         return list(self._pool.submit(session.run, names, feeds).result())
 
     def serve_forever(self) -> None:
@@ -183,6 +207,7 @@ class SessionServer:
     def _serve_client(self, connection: Connection) -> None:
         self._count_client(1)
         blocks: dict[str, AttachedBlock] = {}
+        held: set[int] = set()  # the sessions this connection opened
         try:
             while True:
                 try:
@@ -190,7 +215,7 @@ class SessionServer:
                 except (EOFError, OSError):
                     return
                 try:
-                    answer = self._answer(request, blocks)
+                    answer = self._answer(request, blocks, held)
                 except Exception as error:  # reported to the client, which raises it there
                     answer = ("error", type(error).__name__, str(error))
                 try:
@@ -199,18 +224,25 @@ class SessionServer:
                     return
         finally:
             self._count_client(-1)
+            self.release(held)
             for block in blocks.values():
                 block.close()
             connection.close()
 
-    def _answer(self, request: tuple[Any, ...], blocks: dict[str, AttachedBlock]) -> tuple[Any, ...]:
+    def _answer(
+        self, request: tuple[Any, ...], blocks: dict[str, AttachedBlock], held: set[int]
+    ) -> tuple[Any, ...]:
         kind = request[0]
         if kind == "hello":
             return ("ok", self.instance)
         if kind == "open":
             _, key, path, model, options = request
-            session_id = self.open(key, path, model, options)
-            opened = self._sessions[session_id]
+            if key in self._by_key and self._by_key[key] in held:
+                session_id = self._by_key[key]  # this connection holds it already
+            else:
+                session_id = self.open(key, path, model, options)
+                held.add(session_id)
+            opened = self.opened(session_id)
             return ("ok", session_id, opened.inputs, opened.outputs, opened.providers, asdict(opened.info))
         if kind == "run":
             _, session_id, names, block_name, inputs, output_offset = request
@@ -225,7 +257,7 @@ class SessionServer:
             del feeds
             return ("ok", _place_outputs(outputs, block, output_offset))
         if kind == "stats":
-            return ("ok", {"sessions": len(self._sessions), "clients": self.clients, "runners": self.runners})
+            return ("ok", {"sessions": len(self._holders), "clients": self.clients, "runners": self.runners})
         raise ValueError(f"unknown request {kind!r}")
 
 
