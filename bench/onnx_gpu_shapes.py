@@ -137,6 +137,8 @@ def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: 
     if args.no_best_class:
         # The graph as loaded, without the TopK: every class's probability comes back again.
         engine_module.append_best_class = _without_best_class  # type: ignore[attr-defined]
+    if args.cv_threads:
+        cv2.setNumThreads(args.cv_threads)
     started = time.perf_counter()
     engine = build_engine(_engine_config(args))
     load_ms = (time.perf_counter() - started) * 1000
@@ -223,6 +225,7 @@ def main() -> None:
     parser.add_argument("--cuda-graph", action="store_true")
     parser.add_argument("--session-server", action="store_true", help="the models in one server process")
     parser.add_argument("--runners", type=int, default=1, help="the session server's run threads")
+    parser.add_argument("--cv-threads", type=int, default=0, help="cv2.setNumThreads in each worker")
     args = parser.parse_args()
     args.socket = None
     paths: list[Path] = []
@@ -247,18 +250,20 @@ def main() -> None:
     workers = [
         context.Process(target=_worker, args=(args, pages, results, ready, go)) for _ in range(args.workers)
     ]
-    for worker in workers:
-        worker.start()
-    loads = _collect(ready, workers)
-    loaded_mib = gpu_memory_mib()
-    started = time.perf_counter()
-    go.set()
-    done = _collect(results, workers)
-    elapsed = max(finished for _, finished, _ in done) - started
-    for worker in workers:
-        worker.join()
-    if server is not None:
-        server.stop()
+    try:
+        for worker in workers:
+            worker.start()
+        loads = _collect(ready, workers)
+        loaded_mib = gpu_memory_mib()
+        started = time.perf_counter()
+        go.set()
+        done = _collect(results, workers)
+        elapsed = max(finished for _, finished, _ in done) - started
+        for worker in workers:
+            worker.join()
+    finally:
+        if server is not None:
+            server.stop()  # also when a worker failed: it would hold this command's output open
     peak = sampler.stop()
     stages: dict[str, list[float]] = {}
     for _, _, worker_stages in done:
@@ -275,6 +280,7 @@ def main() -> None:
         "workers": args.workers,
         "threads": args.threads,
         "session_server_runners": args.runners if args.session_server else None,
+        "cv_threads": args.cv_threads or None,
         "pages": count,
         "load_ms": [round(ms) for ms, _, _ in loads],
         "warm_up_ms": describe.get("warm_up_ms"),
