@@ -107,6 +107,9 @@ class _Recorder:
     def get_outputs(self) -> Any:
         return self._session.get_outputs()
 
+    def get_providers(self) -> list[str]:
+        return list(self._session.get_providers())
+
     def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
         self._sink.append(next(iter(feeds.values())).copy())
         return self._session.run(names, feeds)
