@@ -171,13 +171,12 @@ def _worker(args: argparse.Namespace, pages: Any, results: Any, ready: Any, go: 
     go.wait()
 
     def drain() -> list[dict[str, float]]:
+        # A blocking get up to the end marker: multiprocessing's get_nowait raises Empty whenever
+        # another reader holds the queue's lock at that instant, which ended workers early.
         read_pages: list[dict[str, float]] = []
-        while True:
-            try:
-                path = pages.get_nowait()
-            except queue.Empty:
-                return read_pages
+        while (path := pages.get()) is not None:
             read_pages.append(read(Path(path)))
+        return read_pages
 
     # --threads: pages in flight in this one process, sharing its engine and CUDA context (a
     # session may be run from several threads), as the daemon's worker reads `jobs.per_worker` jobs.
@@ -237,6 +236,8 @@ def main() -> None:
     pages, results, ready, go = context.Queue(), context.Queue(), context.Queue(), context.Event()
     for path in paths:
         pages.put(str(path))
+    for _ in range(args.workers * args.threads):
+        pages.put(None)  # one end marker for each reading thread
     before = gpu_memory_mib()
     sampler = MemorySampler()
     sampler.start()
@@ -282,6 +283,7 @@ def main() -> None:
         "session_server_runners": args.runners if args.session_server else None,
         "cv_threads": args.cv_threads or None,
         "pages": count,
+        "pages_by_worker": [n for n, _, _ in done],
         "load_ms": [round(ms) for ms, _, _ in loads],
         "warm_up_ms": describe.get("warm_up_ms"),
         "shared_cuda_arena": describe.get("shared_cuda_arena"),
