@@ -10,7 +10,6 @@ in the journal and starts a fresh one.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import multiprocessing
 import queue
@@ -31,6 +30,7 @@ from appliance.engines.base import Engine, parallel_reads
 from appliance.errors import DocumentError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
+from appliance.parent_death import die_with_parent
 from appliance.pipeline.cascade import decoding_totals, gpu_memory_peak
 from appliance.pipeline.read_job import JobFile, JobReader, ReadOptions
 from appliance.review import review_folder, write_review_extras
@@ -43,7 +43,6 @@ EngineFactory = Callable[[], Engine]
 # "spawn", not "fork": the daemon has threads (watchdog observers) and onnxruntime thread pools,
 # and forking a threaded process can deadlock the child on a lock some other thread held.
 _CONTEXT = multiprocessing.get_context("spawn")
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -217,20 +216,6 @@ def _read_one(reader: JobReader, request: JobRequest, stop: threading.Event, lin
     )
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when the daemon dies, even by SIGKILL.
-
-    Otherwise a worker orphaned by a killed daemon would go on reading and writing results beside
-    the restarted daemon's own workers. prctl(PR_SET_PDEATHSIG) through ctypes: three lines, where
-    a dependency would add a compiled package for one call.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not glibc Linux: systemd's KillMode=control-group still cleans up
-
-
 def _run_job(reader: JobReader, request: JobRequest, stop: threading.Event, link: _DaemonLink) -> None:
     outcome = _read_one(reader, request, stop, link)
     try:
@@ -250,7 +235,7 @@ def worker_main(
     connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int = 0
 ) -> None:
     """Body of a worker process: load the engine, then read the jobs the daemon sends until told to stop."""
-    _die_with_parent()
+    die_with_parent()
     stop = threading.Event()
     # Ctrl-C reaches the whole process group; only the daemon decides when a worker stops. SIGTERM
     # from the daemon asks for a stop between pages.

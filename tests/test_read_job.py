@@ -99,7 +99,7 @@ def _run_worker(
     monkeypatch: pytest.MonkeyPatch, factory: Callable[[], Any], requests: list[JobRequest]
 ) -> list[JobOutcome]:
     """The worker body over `requests`, in this process; the outcomes in order."""
-    monkeypatch.setattr(workers, "_die_with_parent", lambda: None)
+    monkeypatch.setattr(workers, "die_with_parent", lambda: None)
     monkeypatch.setattr(workers.signal, "signal", lambda *_args: None)
     parent, child = multiprocessing.Pipe()
     for request in requests:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from appliance.errors import ApplianceError, ModelError
+from appliance.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +279,8 @@ def _place_outputs(outputs: list[Any], block: AttachedBlock, offset: int) -> lis
 
 def serve(socket_path: Path, runners: int, log_level: int = logging.INFO) -> None:
     """The session server process's body: serve until SIGTERM or SIGINT."""
+    # A killed daemon (or benchmark) must not leave a server holding the models and GPU memory.
+    die_with_parent()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level, format="%(name)s: %(message)s")
     server = SessionServer(socket_path, runners)
