@@ -146,6 +146,38 @@ def test_the_registry_loads_no_engine_runtime_until_an_engine_is_built() -> None
     assert result.stdout.strip() == "[]"
 
 
+# What the daemon's own process imports to decide about the session server and to start it: the
+# ONNX engine's folder is entered (its __init__ runs) without loading onnxruntime, which on a GPU
+# box would give the daemon a CUDA context of its own beside the server's.
+DAEMON_MODULES = (
+    "appliance.daemon",
+    "appliance.workers",
+    "appliance.engines.factory",
+    "appliance.engines.ppocr_onnx.cuda_driver",
+    "appliance.engines.ppocr_onnx.session_server",
+)
+
+
+def test_the_daemon_imports_no_onnxruntime() -> None:
+    program = (
+        f"import sys, {', '.join(DAEMON_MODULES)}\n"
+        "print(sorted(m for m in ('onnxruntime', 'llama_cpp') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True, cwd=REPO
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_onnx_engine_is_still_imported_from_its_folder_by_name() -> None:
+    from appliance.engines import ppocr_onnx
+    from appliance.engines.ppocr_onnx.engine import PpocrOnnxEngine
+
+    assert ppocr_onnx.PpocrOnnxEngine is PpocrOnnxEngine
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        ppocr_onnx.nothing  # noqa: B018
+
+
 def _page(route: str | None = None, kept: list[str] | None = None, **vlm: Any) -> dict[str, Any]:
     details: dict[str, Any] = {}
     if route is not None:
