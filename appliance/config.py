@@ -283,10 +283,27 @@ class JobsConfig(_Strict):
     # Jobs one worker reads at once, each on its own thread sharing the worker's engine (and its
     # CUDA context and memory arena); 0: as many as the engine reads well (2 on CUDA, 1 on the CPU).
     per_worker: StrictInt = Field(default=0, ge=0, le=16)
+    # One process that holds the ONNX engine's models for every worker (engines/shared_sessions.py):
+    # one copy of the models and, on a GPU, one CUDA context and arena instead of one a worker
+    # (1-2 GB each), so several workers fit a consumer card. auto: on with more than one worker
+    # when the models would run on CUDA; on: always with the ONNX engine; off: each worker its own.
+    session_server: Literal["auto", "on", "off"] = "auto"
+    # The server's threads that run the models: the GPU memory of this many runs in flight (and
+    # each thread's cuDNN and cuBLAS handles), however many workers send them.
+    session_server_runners: StrictInt = Field(default=1, ge=1, le=8)
     timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     max_attempts: StrictInt = Field(default=3, ge=1)
     retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)
     retention_days: StrictFloat = Field(default=30.0, gt=0)
+
+    @field_validator("session_server", mode="before")
+    @classmethod
+    def _quoted_switch(cls, value: object) -> object:
+        # YAML 1.1 reads a bare on/off as true/false; say what to write instead of listing the literals.
+        if isinstance(value, bool):
+            word = "on" if value else "off"
+            raise ValueError(f'write "{word}" in quotes: YAML reads a bare {word} as {str(value).lower()}')
+        return value
 
 
 class OutputsConfig(_Strict):

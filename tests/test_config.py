@@ -85,3 +85,16 @@ def test_broken_yaml_and_missing_file(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(ConfigError, match="cannot read the config file"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_a_bare_yaml_on_or_off_is_refused_with_what_to_write(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("jobs:\n  session_server: on\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r'jobs\.session_server: write "on" in quotes'):
+        load_config(path)
+    path.write_text("jobs:\n  session_server: off\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r'write "off" in quotes: YAML reads a bare off as false'):
+        load_config(path)
+    path.write_text('jobs:\n  session_server: "on"\n  session_server_runners: 2\n', encoding="utf-8")
+    jobs = load_config(path).jobs
+    assert (jobs.session_server, jobs.session_server_runners) == ("on", 2)

@@ -153,6 +153,7 @@ DAEMON_MODULES = (
     "appliance.daemon",
     "appliance.workers",
     "appliance.engines.factory",
+    "appliance.engines.shared_sessions",
     "appliance.engines.ppocr_onnx.cuda_driver",
     "appliance.engines.ppocr_onnx.session_server",
 )

@@ -1,0 +1,64 @@
+"""Whether the daemon's workers share one session server for the ONNX engine's models (jobs.session_server).
+
+Decided in the daemon's own process, which must not load onnxruntime to decide it (that would
+give it a CUDA context of its own on a GPU box): the CUDA build is looked for among the installed
+distributions and the driver is read from /proc or nvidia-smi (cuda_driver.py), neither imported.
+Only the reading engine's models go to the server; a second reader (the VLM, an ONNX
+recogniser) keeps its own in each worker.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from appliance.config import AppConfig, PpocrOnnxConfig
+from appliance.engines.ppocr_onnx.cuda_driver import driver_problem, read_driver_version
+
+ONNX_ENGINE = "ppocr_onnx"
+# The distribution that brings onnxruntime's CUDA provider (the CPU one is `onnxruntime`); both
+# install the same module, so the module cannot tell them apart without being imported.
+GPU_DISTRIBUTION = "onnxruntime-gpu"
+
+
+def gpu_runtime_installed() -> bool:
+    """Whether onnxruntime's CUDA build is the one installed."""
+    try:
+        importlib.metadata.version(GPU_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def driver_usable() -> bool:
+    """Whether this box's NVIDIA driver can run the CUDA provider (cuda_driver.driver_problem)."""
+    return driver_problem(read_driver_version()) is None
+
+
+def would_run_on_cuda(engine: PpocrOnnxConfig) -> bool:
+    """Whether the ONNX engine's sessions would run on the CUDA provider, asked without onnxruntime.
+
+    `cuda` asks for it (and fails at load without it); `auto` takes it where the CUDA build is
+    installed and the driver can run it, as sessions.py decides once onnxruntime is loaded.
+    """
+    if engine.provider == "cuda":
+        return True
+    return engine.provider == "auto" and gpu_runtime_installed() and driver_usable()
+
+
+def wants_session_server(config: AppConfig) -> bool:
+    """Whether the daemon runs a session server for its workers' ONNX models.
+
+    `off`: never. `on`: whenever the reading engine is the ONNX engine (alone, or first of a pair
+    with second readers). `auto`: only where it saves something, with more than one worker on
+    CUDA, where each worker would otherwise hold a CUDA context and arena of its own; on the CPU
+    the workers' sessions cost memory only, and one worker has nothing to share. A socket set by
+    hand in engine.ppocr_onnx.session_server is a server the site runs itself: none is started.
+    """
+    jobs = config.jobs
+    if jobs.session_server == "off" or config.engine.name != ONNX_ENGINE:
+        return False
+    if config.engine.ppocr_onnx.session_server is not None:
+        return False
+    if jobs.session_server == "on":
+        return True
+    return jobs.workers > 1 and would_run_on_cuda(config.engine.ppocr_onnx)
