@@ -41,6 +41,7 @@ from appliance.control import (
     ReviewItem,
     Status,
 )
+from appliance.engines.shared_sessions import wants_session_server
 from appliance.errors import ConfigError, FailureReason
 from appliance.filing import Filing
 from appliance.intake.claim import Claimed
@@ -58,6 +59,7 @@ from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
 from appliance.review import SiteDictionary
 from appliance.review_desk import ReviewDesk
+from appliance.session_server_keeper import SessionServerKeeper
 from appliance.status import StatusBoard, gpu_memory_budget
 from appliance.systemd import Notifier, event
 from appliance.vlm_breaker import VlmBreaker
@@ -85,7 +87,6 @@ class Daemon:
         factory_for: Callable[[AppConfig], EngineFactory] | None = None,
     ) -> None:
         self._config = config
-        self._engine_factory = engine_factory
         self._notifier = notifier or Notifier()
         self._config_path = config_path
         self._factory_for = factory_for
@@ -100,6 +101,12 @@ class Daemon:
         self._board = StatusBoard()
         self.stats = self._board.stats
         self.recent_errors = self._board.recent_errors
+        # One session server holding the ONNX models for every worker, where jobs.session_server
+        # wants one; the workers' engines then open their sessions in it.
+        self._sessions = self._session_server_keeper(config)
+        if self._sessions is not None and factory_for is not None:
+            engine_factory = factory_for(self._sessions.served(config))
+        self._engine_factory = engine_factory
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
         self._next_review_check = 0.0
@@ -180,10 +187,20 @@ class Daemon:
             report_error=lambda message: self._board.error("", message),
         )
         self._reconcile_spool()
-        for worker in self._workers:
-            # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
-            self._notifier.extend_timeout(_WORKER_START_SECONDS)
-            worker.start(timeout=_WORKER_START_SECONDS)
+        try:
+            if self._sessions is not None:
+                self._notifier.extend_timeout(_WORKER_START_SECONDS)
+                self._sessions.start()  # first: the workers open their sessions in it as they load
+            for worker in self._workers:
+                # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
+                self._notifier.extend_timeout(_WORKER_START_SECONDS)
+                worker.start(timeout=_WORKER_START_SECONDS)
+        except BaseException:
+            for worker in self._workers:
+                worker.kill()
+            if self._sessions is not None:
+                self._sessions.stop()  # so a daemon that cannot start leaves no server behind
+            raise
         self.engine_description = self._workers[0].description
         self._hot_folders.start()
         self.ready.set()
@@ -199,6 +216,24 @@ class Daemon:
     def notify_ready(self) -> None:
         """READY=1 to systemd, with the first status line."""
         self._notifier.ready(self.status_line())
+
+    def _session_server_keeper(self, config: AppConfig) -> SessionServerKeeper | None:
+        """The keeper of the workers' session server, or None where each worker opens its own sessions."""
+        if not wants_session_server(config):
+            return None
+        if self._factory_for is None:
+            # An engine factory given whole (tests' fakes) cannot be pointed at a socket.
+            log.warning(
+                "jobs.session_server: the workers' engine is not built from the configuration; no server"
+            )
+            return None
+        return SessionServerKeeper(
+            config.jobs.session_server_runners, report_error=lambda message: self._board.error("", message)
+        )
+
+    def _served(self, config: AppConfig) -> AppConfig:
+        """The configuration the workers' engines are built from: with the session server's socket, if any."""
+        return config if self._sessions is None else self._sessions.served(config)
 
     def _take_instance_lock(self) -> None:
         """Refuse to start while another daemon uses the same state folder.
@@ -335,6 +370,8 @@ class Daemon:
                     self._run_commands()
                     if self.state is DaemonState.RUNNING:
                         self._hot_folders.intake()
+                    if self._sessions is not None:
+                        self._sessions.check()  # before the workers: one restarted loads from it
                     self._collect()
                     if self.state is DaemonState.RUNNING:
                         self._dispatch()
@@ -419,13 +456,18 @@ class Daemon:
             if self._factory_for is None:
                 log.warning("engine settings changed; they take effect after a restart")
             else:
-                factory = self._factory_for(new)
+                factory = self._factory_for(self._served(new))
                 for worker in self._workers:
                     worker.replace_factory(factory, new.rasterize, new.jobs.per_worker)
+        if (new.jobs.session_server, new.jobs.session_server_runners) != (
+            old.jobs.session_server,
+            old.jobs.session_server_runners,
+        ):
+            log.warning("jobs.session_server settings changed; they take effect after a restart")
         while len(self._workers) < new.jobs.workers:
             worker = Worker(
                 f"ocr-worker-{len(self._workers)}",
-                self._factory_for(new) if self._factory_for else self._engine_factory,
+                self._factory_for(self._served(new)) if self._factory_for else self._engine_factory,
                 new.rasterize,
                 new.jobs.per_worker,
             )
@@ -467,6 +509,8 @@ class Daemon:
                 for job_id in in_flight:
                     self._release(self._running.pop(job_id), "daemon stopped while the job was running")
             worker.shutdown()
+        if self._sessions is not None:
+            self._sessions.stop()  # after the workers, which hold its sessions to the end
         self._hot_folders.join()
         self._fail_pending_commands()
         if self._lease_keeper is not None:

@@ -100,6 +100,7 @@ COLLABORATORS = (
     "appliance.review_desk",
     "appliance.status",
     "appliance.intake.hot_folders",
+    "appliance.session_server_keeper",
 )
 for _name in (*COLLABORATORS, "appliance.control"):
     RULES.setdefault(_name, ())
@@ -111,14 +112,16 @@ RULES["appliance.intake"] = (*RULES["appliance.intake"], *COLLABORATORS)
 
 # Imports that break a rule in files this clean-up does not own; each names why it stays for now.
 # Outside the engines, an engine is reached through base.py (the protocols), factory.py (the
-# registry) and the neutral modules beside them (details.py, text_lines.py), never through its
-# own folder; only the CLI's `models verify` asks the ONNX engine's provider check directly.
+# registry) and the neutral modules beside them (details.py, text_lines.py, shared_sessions.py),
+# never through its own folder; only the CLI's `models verify` asks the ONNX engine's provider
+# check directly.
 ENGINE_FOLDERS = ("appliance.engines.ppocr_onnx", "appliance.engines.vlm_gguf")
 for _name in (
     "appliance.pipeline",
     "appliance.outputs",
     "appliance.workers",
     "appliance.daemon",
+    "appliance.session_server_keeper",
     "appliance.review",
 ):
     RULES[_name] = (*RULES.get(_name, ()), *ENGINE_FOLDERS)

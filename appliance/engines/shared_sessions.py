@@ -4,15 +4,27 @@ Decided in the daemon's own process, which must not load onnxruntime to decide i
 give it a CUDA context of its own on a GPU box): the CUDA build is looked for among the installed
 distributions and the driver is read from /proc or nvidia-smi (cuda_driver.py), neither imported.
 Only the reading engine's models go to the server; a second reader (the VLM, an ONNX
-recogniser) keeps its own in each worker.
+recogniser) keeps its own in each worker. The server process itself is the engine's
+(ppocr_onnx/session_server.py), reached from outside the engines through this module.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 
 from appliance.config import AppConfig, PpocrOnnxConfig
 from appliance.engines.ppocr_onnx.cuda_driver import driver_problem, read_driver_version
+from appliance.engines.ppocr_onnx.session_server import SessionServerError, SessionServerProcess, key_path
+
+__all__ = [
+    "SessionServerError",
+    "SessionServerProcess",
+    "key_path",
+    "served_by",
+    "wants_session_server",
+    "would_run_on_cuda",
+]
 
 ONNX_ENGINE = "ppocr_onnx"
 # The distribution that brings onnxruntime's CUDA provider (the CPU one is `onnxruntime`); both
@@ -62,3 +74,10 @@ def wants_session_server(config: AppConfig) -> bool:
     if jobs.session_server == "on":
         return True
     return jobs.workers > 1 and would_run_on_cuda(config.engine.ppocr_onnx)
+
+
+def served_by(config: AppConfig, socket_path: Path) -> AppConfig:
+    """`config` with the ONNX engine opening its sessions in the session server at `socket_path`."""
+    engine = config.engine
+    ppocr = engine.ppocr_onnx.model_copy(update={"session_server": socket_path})
+    return config.model_copy(update={"engine": engine.model_copy(update={"ppocr_onnx": ppocr})})

@@ -336,6 +336,11 @@ class SessionServerProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
+    @property
+    def exitcode(self) -> int | None:
+        """How it ended: its exit status, minus the signal that killed it, None while it runs."""
+        return self._process.exitcode
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`."""
         if self._process.pid is None:

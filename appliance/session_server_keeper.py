@@ -1,0 +1,130 @@
+"""The daemon's session server: its socket, started before the workers, restarted if it dies, stopped last."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from appliance.config import AppConfig
+from appliance.engines.shared_sessions import SessionServerProcess, key_path, served_by
+from appliance.errors import ModelError
+from appliance.systemd import event
+
+log = logging.getLogger(__name__)
+
+# A server that dies at once again (a broken GPU, a model it cannot load) is started at most this
+# often, so it does not take the daemon's loop and the card's memory in a tight loop.
+RESTART_INTERVAL_S = 5.0
+SOCKET_NAME = "sessions.sock"
+
+
+def choose_socket(environ: Mapping[str, str]) -> tuple[Path, Path | None]:
+    """Where the server listens, and the folder made for it that is removed at stop (None: not ours).
+
+    Under systemd, in the unit's RuntimeDirectory (private to the service, emptied by systemd when
+    it stops; its first entry where there are several); elsewhere in a fresh private folder under
+    the temporary directory. Either path stays far below a unix socket's 107 bytes.
+    """
+    runtime = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if runtime:
+        return Path(runtime) / "sessions" / SOCKET_NAME, None
+    made = Path(tempfile.mkdtemp(prefix="ocr-sessions-"))  # mode 0700
+    return made / SOCKET_NAME, made
+
+
+class SessionServerKeeper:
+    """Owns the session server process the daemon's workers open their ONNX sessions in.
+
+    Started before the workers (they connect while loading their engine) and stopped after them.
+    The daemon's loop calls `check()`: a server that died is reported once (log, journald event
+    `session_server_died`, the status's recent errors) and started again; the workers reconnect
+    at their next model run, and a job whose run was in flight is retried (a transient engine
+    error).
+    """
+
+    def __init__(
+        self,
+        runners: int,
+        report_error: Callable[[str], None],
+        *,
+        environ: Mapping[str, str] = os.environ,
+        restart_interval: float = RESTART_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runners = runners
+        self.socket_path, self._made_folder = choose_socket(environ)
+        self.restarts = 0
+        self._report_error = report_error  # shown among the status's recent errors
+        self._restart_interval = restart_interval
+        self._clock = clock
+        self._server: SessionServerProcess | None = None
+        self._started_at = float("-inf")  # of the last start tried, whether it listened or not
+        self._death_reported = False
+
+    def served(self, config: AppConfig) -> AppConfig:
+        """`config` with the workers' ONNX engine opening its sessions in this keeper's server."""
+        return served_by(config, self.socket_path)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._server is None else self._server.pid
+
+    def alive(self) -> bool:
+        return self._server is not None and self._server.alive()
+
+    def start(self) -> None:
+        """Start the server and wait until it listens; ModelError if it does not."""
+        self._started_at = self._clock()
+        server = SessionServerProcess(self.socket_path, self.runners, log_level=logging.getLogger().level)
+        self._server = server
+        server.start()
+        log.info(
+            "session server listening on %s (pid %s, %d runner(s))",
+            self.socket_path,
+            server.pid,
+            self.runners,
+        )
+
+    def check(self) -> None:
+        """On the daemon's loop: report a server that died, and start it again once the interval allows."""
+        server = self._server
+        if server is None or server.alive():
+            return
+        if not self._death_reported:
+            self._death_reported = True
+            message = f"the session server (pid {server.pid}) {_ended(server.exitcode)}"
+            log.error("%s; starting it again", message, extra=event("session_server_died"))
+            self._report_error(message)
+        if self._clock() - self._started_at < self._restart_interval:
+            return
+        try:
+            self.start()
+        except ModelError as error:
+            log.error("the session server could not be started again: %s", error)
+            self._report_error(f"the session server could not be started again: {error}")
+            return
+        self.restarts += 1
+        self._death_reported = False
+
+    def stop(self) -> None:
+        """Stop the server (after the workers: they hold its sessions) and remove what it left."""
+        if self._server is not None:
+            self._server.stop()
+        self.socket_path.unlink(missing_ok=True)
+        key_path(self.socket_path).unlink(missing_ok=True)
+        if self._made_folder is not None:
+            shutil.rmtree(self._made_folder, ignore_errors=True)
+
+
+def _ended(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"exited with status {exitcode}"

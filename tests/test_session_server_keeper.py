@@ -1,0 +1,203 @@
+"""The daemon's session server keeper: its socket, a dead server reported and started again, nothing left."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance import session_server_keeper
+from appliance.config import AppConfig
+from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
+from appliance.session_server_keeper import SessionServerKeeper, choose_socket
+from appliance.systemd import MESSAGE_IDS
+from tests.polling import wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def errors() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def keeper(clock: Clock, errors: list[str]) -> Iterator[SessionServerKeeper]:
+    kept = SessionServerKeeper(1, errors.append, environ={}, clock=clock)
+    yield kept
+    kept.stop()
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie not reaped yet (dead all the same)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return True
+    return any(line.split()[1] in ("Z", "X") for line in status.splitlines() if line.startswith("State:"))
+
+
+def _answers(keeper: SessionServerKeeper) -> bool:
+    client = SessionServerClient(keeper.socket_path)
+    try:
+        return client.stats()["runners"] == keeper.runners
+    finally:
+        client.close()
+
+
+def test_under_systemd_the_socket_is_in_the_runtime_directory() -> None:
+    path, made = choose_socket({"RUNTIME_DIRECTORY": "/run/ocr-appliance:/run/other"})
+    assert path == Path("/run/ocr-appliance/sessions/sessions.sock")
+    assert made is None  # systemd's folder: systemd removes it
+
+
+def test_elsewhere_the_socket_is_in_a_private_folder_of_its_own() -> None:
+    path, made = choose_socket({})
+    try:
+        assert made is not None and path.parent == made
+        assert made.name.startswith("ocr-sessions-")
+        assert made.stat().st_mode & 0o777 == 0o700
+        assert len(str(path)) < 107  # a unix socket's longest path
+    finally:
+        assert made is not None
+        made.rmdir()
+
+
+def test_the_workers_engine_is_pointed_at_the_socket(keeper: SessionServerKeeper) -> None:
+    config = AppConfig()
+    served = keeper.served(config)
+    assert served.engine.ppocr_onnx.session_server == keeper.socket_path
+    assert served.engine.ppocr_onnx.model_copy(update={"session_server": None}) == config.engine.ppocr_onnx
+    assert served.jobs == config.jobs
+
+
+def test_a_server_that_died_is_reported_once_and_started_again(
+    keeper: SessionServerKeeper, clock: Clock, errors: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    keeper.start()
+    first = keeper.pid
+    assert first is not None and keeper.alive() and _answers(keeper)
+    keeper.check()
+    assert keeper.restarts == 0 and not errors  # alive: nothing to do
+
+    os.kill(first, signal.SIGKILL)
+    assert wait_for(lambda: not keeper.alive())
+    clock.now += 1.0  # within the interval since it started: reported, not started yet
+    with caplog.at_level(logging.ERROR, logger=session_server_keeper.__name__):
+        keeper.check()
+        keeper.check()
+    assert errors == [f"the session server (pid {first}) was killed by SIGKILL"]
+    died = [record for record in caplog.records if getattr(record, "MESSAGE_ID", None)]
+    assert [record.MESSAGE_ID for record in died] == [MESSAGE_IDS["session_server_died"]]
+    assert not keeper.alive() and keeper.restarts == 0
+
+    clock.now += session_server_keeper.RESTART_INTERVAL_S
+    keeper.check()
+    assert keeper.alive() and keeper.restarts == 1
+    assert keeper.pid not in (None, first)
+    assert _answers(keeper)
+    assert len(errors) == 1
+
+
+def test_a_server_that_cannot_start_again_is_reported_and_tried_later(
+    keeper: SessionServerKeeper, clock: Clock, errors: list[str]
+) -> None:
+    keeper.start()
+    folder = keeper.socket_path.parent
+    assert keeper.pid is not None
+    os.kill(keeper.pid, signal.SIGKILL)
+    assert wait_for(lambda: not keeper.alive())
+    # A file where the socket's folder was: the new server cannot listen and exits.
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+    folder.write_text("in the way")
+    clock.now += session_server_keeper.RESTART_INTERVAL_S
+    keeper.check()  # the daemon's loop goes on
+    assert not keeper.alive() and keeper.restarts == 0
+    assert "could not be started again" in errors[-1]
+
+    folder.unlink()
+    keeper.check()  # too soon after the last try
+    assert not keeper.alive()
+    clock.now += session_server_keeper.RESTART_INTERVAL_S
+    keeper.check()
+    assert keeper.alive() and keeper.restarts == 1 and _answers(keeper)
+
+
+def test_stop_ends_the_server_and_removes_its_socket_key_and_folder(clock: Clock) -> None:
+    keeper = SessionServerKeeper(2, lambda _message: None, environ={}, clock=clock)
+    keeper.start()
+    pid, folder = keeper.pid, keeper.socket_path.parent
+    assert pid is not None and keeper.socket_path.exists()
+    keeper.stop()
+    assert not keeper.alive() and _gone(pid)
+    assert not folder.exists()
+
+
+def test_under_systemd_stop_leaves_the_runtime_directory_to_systemd(clock: Clock) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="ocr-rt-"))  # short, unlike tmp_path: a socket's path
+    keeper = SessionServerKeeper(
+        1, lambda _message: None, environ={"RUNTIME_DIRECTORY": str(runtime)}, clock=clock
+    )
+    try:
+        keeper.start()
+        assert keeper.socket_path == runtime / "sessions" / "sessions.sock"
+        assert keeper.socket_path.parent.stat().st_mode & 0o777 == 0o700
+        keeper.stop()
+        assert runtime.is_dir() and list(keeper.socket_path.parent.iterdir()) == []
+    finally:
+        keeper.stop()
+        shutil.rmtree(runtime)
+
+
+# A daemon stand-in: starts the keeper's server, prints its pid, and waits to be killed.
+_DAEMON = """
+from appliance.session_server_keeper import SessionServerKeeper
+import time
+
+keeper = SessionServerKeeper(1, print, environ={})
+keeper.start()
+print(keeper.pid, keeper.socket_path.parent, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_daemon_leaves_no_server_behind() -> None:
+    daemon = subprocess.Popen([sys.executable, "-c", _DAEMON], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert daemon.stdout is not None
+    pid, folder = daemon.stdout.readline().split()
+    server = int(pid)
+    try:
+        assert not _gone(server)
+        daemon.kill()
+        daemon.wait()
+        assert wait_for(lambda: _gone(server))
+    finally:
+        daemon.kill()
+        if not _gone(server):
+            os.kill(server, signal.SIGKILL)
+        shutil.rmtree(folder)  # the killed stand-in could not remove it
