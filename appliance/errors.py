@@ -64,6 +64,14 @@ class ProviderError(ModelError):
     """The requested onnxruntime execution provider is not usable on this machine."""
 
 
+class EngineUnavailableError(ApplianceError):
+    """What runs the engine's models went away (the session server): the same read may well succeed later.
+
+    The daemon starts such a process again; a document whose read it cut short is retried, not
+    failed (pipeline/process.py makes it a transient engine error).
+    """
+
+
 class DocumentError(ApplianceError):
     """One input document cannot be processed; carries a `FailureReason` for the failed folder."""
 

@@ -27,7 +27,7 @@ from typing import Any
 from appliance.audit import document_record
 from appliance.config import ProfileConfig, RasterizeConfig, RepairConfig
 from appliance.engines.base import Engine, parallel_reads
-from appliance.errors import DocumentError, FailureReason, ModelError
+from appliance.errors import DocumentError, EngineUnavailableError, FailureReason, ModelError
 from appliance.outputs.atomic import write_atomic
 from appliance.outputs.writer import write_outputs
 from appliance.parent_death import die_with_parent
@@ -243,7 +243,7 @@ def worker_main(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         engine = engine_factory()
-    except ModelError as error:
+    except (ModelError, EngineUnavailableError) as error:  # the latter: no session server to load in
         connection.send(("load_failed", str(error)))
         return
     # One reader for the worker's life: its processors and site dictionary are built once.

@@ -255,6 +255,25 @@ def test_out_of_memory_is_retried_then_given_up(tmp_path: Path) -> None:
         assert states.count(JobState.RUNNING) == 3
 
 
+def test_a_session_server_lost_mid_job_is_retried_not_failed(tmp_path: Path) -> None:
+    with Running(_config(tmp_path, jobs={"max_attempts": 3}), fakes.server_gone_once_engine) as running:
+        (running.folders.inbox / "scan.png").write_bytes(png_bytes(colour="blue"))
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+        job = running.daemon.journal.jobs()[0]
+        assert job.state is JobState.DONE and job.attempts == 2
+        transitions = running.daemon.journal.transitions(job.id)
+        assert [t.to_state for t in transitions] == [
+            JobState.QUEUED,
+            JobState.RUNNING,
+            JobState.QUEUED,
+            JobState.RUNNING,
+            JobState.DONE,
+        ]
+        assert "engine_error: scan.png page 1: the session server" in transitions[2].reason
+        assert running.daemon.stats.failed == 0
+        assert not list(running.folders.failed.iterdir())
+
+
 def test_duplicate_content_gets_the_earlier_result_without_reading_again(running: Running) -> None:
     data = png_bytes()
     (running.folders.inbox / "first.png").write_bytes(data)
@@ -346,6 +365,12 @@ def test_restart_resumes_running_jobs_and_orphaned_claims(tmp_path: Path) -> Non
 def test_engine_that_cannot_load_stops_start_up(tmp_path: Path) -> None:
     daemon = Daemon(_config(tmp_path), fakes.failing_to_load_engine)
     with pytest.raises(ModelError, match=r"ppocrv5_det\.onnx is missing"):
+        daemon.start()
+
+
+def test_a_session_server_that_cannot_be_reached_stops_start_up(tmp_path: Path) -> None:
+    daemon = Daemon(_config(tmp_path), fakes.unreachable_server_engine)
+    with pytest.raises(ModelError, match="cannot reach the session server"):
         daemon.start()
 
 

@@ -9,10 +9,19 @@ import pytest
 from PIL import Image
 
 from appliance.config import RasterizeConfig
+from appliance.engines.base import PageText
+from appliance.engines.ppocr_onnx.session_server import SessionServerError
 from appliance.errors import DocumentError, FailureReason
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from tests.fakes.engines import FixedTextEngine, OutOfMemoryEngine
+
+
+class _ServerGone(FixedTextEngine):
+    """An engine whose session server went away during a model run."""
+
+    def recognize(self, image: object) -> PageText:
+        raise SessionServerError("the session server at /run/s.sock went away during a request: closed")
 
 
 def _tiff(path: Path, pages: int) -> Path:
@@ -39,6 +48,15 @@ def test_out_of_memory_becomes_an_engine_error(tmp_path: Path) -> None:
         DocumentProcessor(OutOfMemoryEngine(), Rasterizer(RasterizeConfig())).process(path)
     assert raised.value.reason is FailureReason.ENGINE_ERROR
     assert "out of memory" in raised.value.message
+
+
+def test_a_session_server_gone_mid_page_is_a_transient_engine_error(tmp_path: Path) -> None:
+    path = _tiff(tmp_path / "scan.tif", 1)
+    with pytest.raises(DocumentError) as raised:
+        DocumentProcessor(_ServerGone(), Rasterizer(RasterizeConfig())).process(path)
+    assert raised.value.reason is FailureReason.ENGINE_ERROR
+    assert raised.value.transient
+    assert raised.value.message.startswith("scan.tif page 1: the session server")
 
 
 def test_stop_request_interrupts_between_pages(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from appliance.config import CascadeConfig, PreprocessConfig, RepairConfig, Rout
 from appliance.document import Document, Page, SourceFile
 from appliance.engines.base import Engine
 from appliance.engines.factory import second_reader_of
-from appliance.errors import DocumentError, FailureReason
+from appliance.errors import DocumentError, EngineUnavailableError, FailureReason
 from appliance.hashing import sha256_file
 from appliance.names import display
 from appliance.pipeline.cascade import Cascade
@@ -133,6 +133,13 @@ class DocumentProcessor:
                 raise DocumentError(
                     FailureReason.ENGINE_ERROR,
                     f"{path.name} page {raster.index + 1}: out of memory",
+                    transient=True,
+                ) from None
+            except EngineUnavailableError as error:
+                # The session server died with a run in flight; the daemon starts it again.
+                raise DocumentError(
+                    FailureReason.ENGINE_ERROR,
+                    f"{path.name} page {raster.index + 1}: {error}",
                     transient=True,
                 ) from None
             page_text = page_read.text

@@ -109,6 +109,27 @@ class FlakyOutOfMemoryEngine(FixedTextEngine):
         return super().recognize(image)
 
 
+class ServerGoneOnceEngine(FixedTextEngine):
+    """Loses its session server in the middle of the first blue page, as when the server is killed.
+
+    The error is the one a RemoteSession raises; a later attempt (the server started again) reads.
+    """
+
+    name = "fake_server_gone"
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.lost = False
+
+    def recognize(self, image: np.ndarray) -> PageText:
+        if _is_blue(image) and not self.lost:
+            from appliance.engines.ppocr_onnx.session_server import SessionServerError
+
+            self.lost = True
+            raise SessionServerError("the session server at /run/s.sock went away during a request: closed")
+        return super().recognize(image)
+
+
 # Module-level factories: the daemon's worker processes are spawned, and a factory must be
 # importable by name there.
 def fixed_text_engine() -> FixedTextEngine:
@@ -129,6 +150,16 @@ def hanging_engine() -> HangingEngine:
 
 def flaky_oom_engine() -> FlakyOutOfMemoryEngine:
     return FlakyOutOfMemoryEngine("INVOICE 42")
+
+
+def server_gone_once_engine() -> ServerGoneOnceEngine:
+    return ServerGoneOnceEngine("INVOICE 42")
+
+
+def unreachable_server_engine() -> FixedTextEngine:
+    from appliance.engines.ppocr_onnx.session_server import SessionServerError
+
+    raise SessionServerError("cannot reach the session server at /run/s.sock: [Errno 2] No such file")
 
 
 def failing_to_load_engine() -> FixedTextEngine:

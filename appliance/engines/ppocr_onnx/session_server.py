@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ApplianceError, ModelError
+from appliance.errors import EngineUnavailableError, ModelError
 from appliance.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ START_TIMEOUT_S = 60.0
 SHM_FOLDER = Path("/dev/shm")
 
 
-class SessionServerError(ApplianceError):
+class SessionServerError(EngineUnavailableError):
     """The session server cannot be reached, or it went away while a run was in flight."""
 
 
