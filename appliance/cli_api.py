@@ -234,6 +234,15 @@ def _status(client: Any, args: argparse.Namespace) -> ExitCode:
         )
     if status.HasField("vlm_disabled"):
         rows.append(["VLM", status.vlm_disabled])
+    if status.HasField("session_server"):
+        server = status.session_server
+        state = f"pid {server.pid}" if server.alive else "down, starting again"
+        rows.append(
+            [
+                "session server",
+                f"{state}, {server.runners} runner(s), restarted {server.restarts} time(s); {server.socket}",
+            ]
+        )
     _table(rows, ["", ""])
     if status.nodes:
         print("\ncluster (one PostgreSQL journal; the queue above is all of it):")

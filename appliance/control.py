@@ -76,6 +76,17 @@ class EngineStatus:
 
 
 @dataclass(frozen=True)
+class SessionServerStatus:
+    """The process that holds the ONNX models for every worker (jobs.session_server), as last seen."""
+
+    pid: int | None
+    alive: bool
+    restarts: int  # times it was started again after it died, since the daemon started
+    socket: str
+    runners: int
+
+
+@dataclass(frozen=True)
 class Status:
     """Everything `ocr-appliance status` shows."""
 
@@ -99,6 +110,8 @@ class Status:
     # The cluster sharing a PostgreSQL journal, and which of its nodes answered; empty on SQLite.
     nodes: list[NodeStatus] = field(default_factory=list)
     node_id: str | None = None
+    # The workers' shared session server; None while each worker opens its own sessions.
+    session_server: SessionServerStatus | None = None
 
 
 @dataclass(frozen=True)

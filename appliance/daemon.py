@@ -1017,6 +1017,7 @@ class Daemon:
             vlm_disabled=self._vlm_breaker.disabled,
             nodes=self.journal.nodes(),
             node_id=self.journal.node_id,
+            session_server=None if self._sessions is None else self._sessions.status(),
         )
 
     def metrics(self) -> dict[str, float]:
@@ -1024,6 +1025,7 @@ class Daemon:
             self.journal.counts(),
             self.watchdog_pings,
             self._hot_folders.unclaimable(),
+            None if self._sessions is None else self._sessions.status(),
         )
 
     def _prune(self) -> None:

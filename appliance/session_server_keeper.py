@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from appliance.config import AppConfig
+from appliance.control import SessionServerStatus
 from appliance.engines.shared_sessions import SessionServerProcess, key_path, served_by
 from appliance.errors import ModelError
 from appliance.systemd import event
@@ -77,6 +78,9 @@ class SessionServerKeeper:
 
     def alive(self) -> bool:
         return self._server is not None and self._server.alive()
+
+    def status(self) -> SessionServerStatus:
+        return SessionServerStatus(self.pid, self.alive(), self.restarts, str(self.socket_path), self.runners)
 
     def start(self) -> None:
         """Start the server and wait until it listens; ModelError if it does not."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from appliance import __version__
 from appliance.config import AppConfig
-from appliance.control import DaemonState, EngineStatus, Status
+from appliance.control import DaemonState, EngineStatus, SessionServerStatus, Status
 from appliance.journal import JobState, NodeStatus
 
 
@@ -87,6 +87,7 @@ class StatusBoard:
         vlm_disabled: str | None,
         nodes: list[NodeStatus] | None = None,
         node_id: str | None = None,
+        session_server: SessionServerStatus | None = None,
     ) -> Status:
         now = time.monotonic()
         rates = {}
@@ -112,11 +113,25 @@ class StatusBoard:
             vlm_disabled=vlm_disabled,
             nodes=list(nodes or []),
             node_id=node_id,
+            session_server=session_server,
         )
 
     def metrics(
-        self, counts: dict[JobState, int], watchdog_pings: int, intake_unclaimable: int
+        self,
+        counts: dict[JobState, int],
+        watchdog_pings: int,
+        intake_unclaimable: int,
+        session_server: SessionServerStatus | None = None,
     ) -> dict[str, float]:
+        # The session server's two only where there is one: a gauge at 0 would read as a dead server.
+        served = (
+            {
+                "session_server_alive": float(session_server.alive),
+                "session_server_restarts_total": float(session_server.restarts),
+            }
+            if session_server is not None
+            else {}
+        )
         return {
             "uptime_seconds": time.monotonic() - self.started_at,
             "claimed_total": float(self.stats.claimed),
@@ -132,6 +147,7 @@ class StatusBoard:
             "intake_unclaimable": float(intake_unclaimable),
             **{f"jobs_{job_state.value}": float(count) for job_state, count in counts.items()},
             **{f"vlm_{key}_total": value for key, value in self.decoding.items()},
+            **served,
         }
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,6 +20,7 @@ import pytest
 from PIL import Image
 
 from appliance import daemon as daemon_module
+from appliance.api import convert
 from appliance.config import AppConfig, HotFolderConfig, IntakeConfig, JobsConfig, PathsConfig
 from appliance.daemon import Daemon
 from appliance.errors import ModelError
@@ -26,7 +29,7 @@ from appliance.intake.claim import claim
 from appliance.journal import JobState, Journal
 from appliance.workers import EngineFactory
 from tests.fakes import engines as fakes
-from tests.polling import DaemonThread, jpeg_bytes, png_bytes, wait_for
+from tests.polling import DaemonThread, jpeg_bytes, png_bytes, process_gone, wait_for
 
 
 class Folders(NamedTuple):
@@ -54,8 +57,13 @@ def _config(
 class Running(DaemonThread):
     """A daemon on its own thread, with its folders at hand."""
 
-    def __init__(self, config: AppConfig, factory: EngineFactory = fakes.fixed_text_engine) -> None:
-        super().__init__(config, factory)
+    def __init__(
+        self,
+        config: AppConfig,
+        factory: EngineFactory = fakes.fixed_text_engine,
+        factory_for: Callable[[AppConfig], EngineFactory] | None = None,
+    ) -> None:
+        super().__init__(config, factory, factory_for)
         folder = config.hot_folders[0]
         self.folders = Folders(
             folder.path, folder.output_dir, folder.archive_dir, folder.failed_dir, config.paths.state_dir
@@ -272,6 +280,44 @@ def test_a_session_server_lost_mid_job_is_retried_not_failed(tmp_path: Path) -> 
         assert "engine_error: scan.png page 1: the session server" in transitions[2].reason
         assert running.daemon.stats.failed == 0
         assert not list(running.folders.failed.iterdir())
+
+
+def test_the_workers_session_server_is_kept_and_shown_in_the_status_and_metrics(tmp_path: Path) -> None:
+    config = _config(tmp_path, jobs={"workers": 2, "session_server": "on", "session_server_runners": 2})
+    with Running(config, fakes.fixed_text_engine, fakes.served_engine_factory) as running:
+        first = running.daemon.snapshot_status().session_server
+        assert first is not None and first.alive and first.pid and first.restarts == 0
+        assert first.runners == 2
+        # The workers' engine was built from the configuration with the server's socket in it.
+        assert running.daemon.engine_description["session_server"] == first.socket
+        metrics = running.daemon.metrics()
+        assert (metrics["session_server_alive"], metrics["session_server_restarts_total"]) == (1.0, 0.0)
+
+        os.kill(first.pid, signal.SIGKILL)
+
+        def started_again() -> bool:
+            now = running.daemon.snapshot_status().session_server
+            return now is not None and now.alive and now.restarts == 1
+
+        assert wait_for(started_again, timeout=60)
+        second = running.daemon.snapshot_status()
+        assert second.session_server is not None and second.session_server.pid not in (None, first.pid)
+        assert any("was killed by SIGKILL" in error["message"] for error in second.recent_errors)
+        assert running.daemon.metrics()["session_server_restarts_total"] == 1.0
+        shown = convert.status(second).session_server
+        assert (shown.alive, shown.restarts, shown.runners, shown.socket) == (True, 1, 2, first.socket)
+        assert shown.pid == second.session_server.pid
+        (running.folders.inbox / "scan.png").write_bytes(png_bytes())
+        assert wait_for(lambda: running.daemon.stats.done == 1)
+    # Stopped with the daemon, after its workers, and its private folder removed.
+    assert process_gone(shown.pid)
+    assert not Path(first.socket).parent.exists()
+
+
+def test_without_a_session_server_the_status_and_metrics_show_none(running: Running) -> None:
+    assert running.daemon.snapshot_status().session_server is None
+    assert not convert.status(running.daemon.snapshot_status()).HasField("session_server")
+    assert not any(name.startswith("session_server") for name in running.daemon.metrics())
 
 
 def test_duplicate_content_gets_the_earlier_result_without_reading_again(running: Running) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.polling import wait_for
+from tests.polling import process_gone, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,15 +37,6 @@ if __name__ == "__main__":
 """
 
 
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie its new parent has not reaped yet (it is dead all the same)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return True
-    return any(line.split()[1] in ("Z", "X") for line in status.splitlines() if line.startswith("State:"))
-
-
 def _start_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path]:
     script = tmp_path / "parent.py"
     script.write_text(_PARENT, encoding="utf-8")
@@ -67,13 +58,13 @@ def test_a_child_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
     try:
         gate.touch()
         assert wait_for(Path(f"{gate}.asked").exists)
-        assert not _gone(child)
+        assert not process_gone(child)
         parent.kill()
         parent.wait()
-        assert wait_for(lambda: _gone(child))
+        assert wait_for(lambda: process_gone(child))
     finally:
         parent.kill()
-        if not _gone(child):
+        if not process_gone(child):
             os.kill(child, signal.SIGKILL)
 
 
@@ -82,10 +73,10 @@ def test_a_child_whose_parent_died_before_it_asked_dies_at_once(tmp_path: Path) 
     try:
         parent.kill()
         parent.wait()
-        assert not _gone(child)  # an orphan still: it has not asked yet
+        assert not process_gone(child)  # an orphan still: it has not asked yet
         gate.touch()
-        assert wait_for(lambda: _gone(child))
+        assert wait_for(lambda: process_gone(child))
         assert not Path(f"{gate}.asked").exists()
     finally:
-        if not _gone(child):
+        if not process_gone(child):
             os.kill(child, signal.SIGKILL)

@@ -19,7 +19,7 @@ from appliance.config import AppConfig
 from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
 from appliance.session_server_keeper import SessionServerKeeper, choose_socket
 from appliance.systemd import MESSAGE_IDS
-from tests.polling import wait_for
+from tests.polling import process_gone, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,15 +49,6 @@ def keeper(clock: Clock, errors: list[str]) -> Iterator[SessionServerKeeper]:
     kept = SessionServerKeeper(1, errors.append, environ={}, clock=clock)
     yield kept
     kept.stop()
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or a zombie not reaped yet (dead all the same)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return True
-    return any(line.split()[1] in ("Z", "X") for line in status.splitlines() if line.startswith("State:"))
 
 
 def _answers(keeper: SessionServerKeeper) -> bool:
@@ -154,7 +145,7 @@ def test_stop_ends_the_server_and_removes_its_socket_key_and_folder(clock: Clock
     pid, folder = keeper.pid, keeper.socket_path.parent
     assert pid is not None and keeper.socket_path.exists()
     keeper.stop()
-    assert not keeper.alive() and _gone(pid)
+    assert not keeper.alive() and process_gone(pid)
     assert not folder.exists()
 
 
@@ -192,12 +183,12 @@ def test_a_killed_daemon_leaves_no_server_behind() -> None:
     pid, folder = daemon.stdout.readline().split()
     server = int(pid)
     try:
-        assert not _gone(server)
+        assert not process_gone(server)
         daemon.kill()
         daemon.wait()
-        assert wait_for(lambda: _gone(server))
+        assert wait_for(lambda: process_gone(server))
     finally:
         daemon.kill()
-        if not _gone(server):
+        if not process_gone(server):
             os.kill(server, signal.SIGKILL)
         shutil.rmtree(folder)  # the killed stand-in could not remove it

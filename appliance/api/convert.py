@@ -141,6 +141,17 @@ def status(item: Status) -> pb.GetStatusResponse:
         message.vlm_decoding.CopyFrom(vlm_decoding(item.vlm_decoding))
     if item.vlm_disabled is not None:
         message.vlm_disabled = item.vlm_disabled
+    if item.session_server is not None:
+        server = item.session_server
+        message.session_server.CopyFrom(
+            pb.SessionServer(
+                pid=server.pid or 0,
+                alive=server.alive,
+                restarts=server.restarts,
+                socket=server.socket,
+                runners=server.runners,
+            )
+        )
     for node in item.nodes:
         stats = node.stats
         message.nodes.append(

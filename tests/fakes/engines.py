@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from appliance.config import AppConfig, EngineConfig
 from appliance.document import Line, Word
 from appliance.engines.base import PageText
 
@@ -160,6 +163,30 @@ def unreachable_server_engine() -> FixedTextEngine:
     from appliance.engines.ppocr_onnx.session_server import SessionServerError
 
     raise SessionServerError("cannot reach the session server at /run/s.sock: [Errno 2] No such file")
+
+
+class ServedEngine(FixedTextEngine):
+    """Reads a fixed text and describes the session server its configuration points at."""
+
+    name = "fake_served"
+
+    def __init__(self, text: str, session_server: str | None) -> None:
+        super().__init__(text)
+        self.session_server = session_server
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "session_server": self.session_server}
+
+
+def served_engine(config: EngineConfig) -> ServedEngine:
+    """The workers' engine as built from the configuration (a partial of this is a worker's factory)."""
+    socket = config.ppocr_onnx.session_server
+    return ServedEngine("INVOICE 42", None if socket is None else str(socket))
+
+
+def served_engine_factory(config: AppConfig) -> Callable[[], ServedEngine]:
+    """The daemon's `factory_for`: the workers' engine built from the configuration it is given."""
+    return functools.partial(served_engine, config.engine)
 
 
 def failing_to_load_engine() -> FixedTextEngine:

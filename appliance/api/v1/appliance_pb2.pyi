@@ -294,6 +294,7 @@ class GetStatusResponse(_message.Message):
     VLM_DECODING_FIELD_NUMBER: _builtins.int
     VLM_DISABLED_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    SESSION_SERVER_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     uptime_seconds: _builtins.float
     state: Global___DaemonState.ValueType
@@ -325,6 +326,12 @@ class GetStatusResponse(_message.Message):
         queue above is then the whole cluster's.
         """
 
+    @_builtins.property
+    def session_server(self) -> Global___SessionServer:
+        """The process that holds the ONNX models for every worker (jobs.session_server); absent while
+        each worker opens its own.
+        """
+
     def __init__(
         self,
         *,
@@ -343,10 +350,11 @@ class GetStatusResponse(_message.Message):
         vlm_decoding: Global___VlmDecoding | None = ...,
         vlm_disabled: _builtins.str | None = ...,
         nodes: _abc.Iterable[Global___Node] | None = ...,
+        session_server: Global___SessionServer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "pages_per_second", b"pages_per_second", "session_server", b"session_server", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "nodes", b"nodes", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes", "_gpu_memory_used_bytes", b"_gpu_memory_used_bytes", "_vlm_decoding", b"_vlm_decoding", "_vlm_disabled", b"_vlm_disabled", "engines", b"engines", "gpu_memory_budget_bytes", b"gpu_memory_budget_bytes", "gpu_memory_used_bytes", b"gpu_memory_used_bytes", "intake_paused_for_disk", b"intake_paused_for_disk", "nodes", b"nodes", "pages_per_second", b"pages_per_second", "queue", b"queue", "recent_errors", b"recent_errors", "session_server", b"session_server", "state", b"state", "uptime_seconds", b"uptime_seconds", "version", b"version", "vlm_decoding", b"vlm_decoding", "vlm_disabled", b"vlm_disabled", "workers", b"workers", "workers_busy", b"workers_busy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["gpu_memory_budget_bytes"]  # noqa: Y015
     _WhichOneofArgType__gpu_memory_budget_bytes: _TypeAlias = _typing.Literal["_gpu_memory_budget_bytes", b"_gpu_memory_budget_bytes"]  # noqa: Y015
@@ -366,6 +374,44 @@ class GetStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__vlm_disabled) -> _WhichOneofReturnType__vlm_disabled | None: ...
 
 Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
+
+@_typing.final
+class SessionServer(_message.Message):
+    """The workers' shared session server: one copy of the ONNX models, one CUDA context and arena."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PID_FIELD_NUMBER: _builtins.int
+    ALIVE_FIELD_NUMBER: _builtins.int
+    RESTARTS_FIELD_NUMBER: _builtins.int
+    SOCKET_FIELD_NUMBER: _builtins.int
+    RUNNERS_FIELD_NUMBER: _builtins.int
+    pid: _builtins.int
+    """0 before it was started"""
+    alive: _builtins.bool
+    """false between its death and its restart (at most 5 s apart)"""
+    restarts: _builtins.int
+    """times it was started again after it died, since the daemon started"""
+    socket: _builtins.str
+    """the unix socket the workers reach it on"""
+    runners: _builtins.int
+    """its threads that run the models (jobs.session_server_runners)"""
+    def __init__(
+        self,
+        *,
+        pid: _builtins.int = ...,
+        alive: _builtins.bool = ...,
+        restarts: _builtins.int = ...,
+        socket: _builtins.str = ...,
+        runners: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alive", b"alive", "pid", b"pid", "restarts", b"restarts", "runners", b"runners", "socket", b"socket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionServer: _TypeAlias = SessionServer  # noqa: Y015
 
 @_typing.final
 class VlmDecoding(_message.Message):
