@@ -22,10 +22,12 @@ REAL_MODEL_MODULES = frozenset(
     {
         "test_charset",
         "test_cli",
+        "test_daemon_session_server",
         "test_engine_model_sets",
         "test_engine_ppocr_onnx",
         "test_engine_precision",
         "test_offline",
+        "test_session_server",
     }
 )
 
