@@ -285,8 +285,9 @@ class JobsConfig(_Strict):
     per_worker: StrictInt = Field(default=0, ge=0, le=16)
     # One process that holds the ONNX engine's models for every worker (engines/shared_sessions.py):
     # one copy of the models and, on a GPU, one CUDA context and arena instead of one a worker
-    # (1-2 GB each), so several workers fit a consumer card. auto: on with more than one worker
-    # when the models would run on CUDA; on: always with the ONNX engine; off: each worker its own.
+    # (about 4 GB each with the defaults, bench/README.md), so several workers fit a consumer card.
+    # auto: on with more than one worker when the models would run on CUDA; on: always with the
+    # ONNX engine; off: each worker its own.
     session_server: Literal["auto", "on", "off"] = "auto"
     # The server's threads that run the models: the GPU memory of this many runs in flight (and
     # each thread's cuDNN and cuBLAS handles), however many workers send them.
