@@ -219,13 +219,12 @@ class Daemon:
 
     def _session_server_keeper(self, config: AppConfig) -> SessionServerKeeper | None:
         """The keeper of the workers' session server, or None where each worker opens its own sessions."""
-        if not wants_session_server(config):
-            return None
         if self._factory_for is None:
             # An engine factory given whole (tests' fakes) cannot be pointed at a socket.
-            log.warning(
-                "jobs.session_server: the workers' engine is not built from the configuration; no server"
-            )
+            if config.jobs.session_server == "on":
+                log.warning("jobs.session_server: the workers' engine is not built from the configuration")
+            return None
+        if not wants_session_server(config):
             return None
         return SessionServerKeeper(
             config.jobs.session_server_runners, report_error=lambda message: self._board.error("", message)
