@@ -152,6 +152,7 @@ def test_the_registry_loads_no_engine_runtime_until_an_engine_is_built() -> None
 DAEMON_MODULES = (
     "appliance.daemon",
     "appliance.workers",
+    "appliance.session_server_keeper",
     "appliance.engines.factory",
     "appliance.engines.shared_sessions",
     "appliance.engines.ppocr_onnx.cuda_driver",
