@@ -227,7 +227,9 @@ class Daemon:
         if not wants_session_server(config):
             return None
         return SessionServerKeeper(
-            config.jobs.session_server_runners, report_error=lambda message: self._board.error("", message)
+            config.jobs.session_server_runners,
+            report_error=lambda message: self._board.error("", message),
+            hung_run_s=config.jobs.timeout_seconds,
         )
 
     def _served(self, config: AppConfig) -> AppConfig:

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +24,14 @@ log = logging.getLogger(__name__)
 # often, so it does not take the daemon's loop and the card's memory in a tight loop.
 RESTART_INTERVAL_S = 5.0
 SOCKET_NAME = "sessions.sock"
+# A live server is asked for its oldest run this often, on a thread of its own (a frozen server
+# never answers, and the daemon's loop must not wait for it) ...
+PROBE_INTERVAL_S = 10.0
+# ... and is taken for hung, killed and started again, when it has not answered within this, or
+# when one of its runs has been waiting or running longer than a whole job may take
+# (jobs.timeout_seconds): the jobs it holds up time out and are retried, but without this their
+# workers would find the same stuck server again after their restart.
+ANSWER_TIMEOUT_S = 30.0
 
 
 def choose_socket(environ: Mapping[str, str]) -> tuple[Path, Path | None]:
@@ -54,11 +63,19 @@ class SessionServerKeeper:
         runners: int,
         report_error: Callable[[str], None],
         *,
+        hung_run_s: float = 600.0,
         environ: Mapping[str, str] = os.environ,
         restart_interval: float = RESTART_INTERVAL_S,
+        probe_interval: float = PROBE_INTERVAL_S,
+        answer_timeout: float = ANSWER_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runners = runners
+        self._hung_run_s = hung_run_s
+        self._probe_interval = probe_interval
+        self._answer_timeout = answer_timeout
+        self._probe: _Probe | None = None
+        self._probed_at = float("-inf")
         self.socket_path, self._made_folder = choose_socket(environ)
         self.restarts = 0
         self._report_error = report_error  # shown among the status's recent errors
@@ -98,7 +115,10 @@ class SessionServerKeeper:
     def check(self) -> None:
         """On the daemon's loop: report a server that died, and start it again once the interval allows."""
         server = self._server
-        if server is None or server.alive():
+        if server is None:
+            return
+        if server.alive():
+            self._watch_answers(server)
             return
         if not self._death_reported:
             self._death_reported = True
@@ -116,6 +136,33 @@ class SessionServerKeeper:
         self.restarts += 1
         self._death_reported = False
 
+    def _watch_answers(self, server: SessionServerProcess) -> None:
+        """Ask a live server for its oldest run now and then; kill it when it hangs (check() restarts it)."""
+        now = self._clock()
+        probe = self._probe
+        if probe is not None and probe.server is server:
+            if not probe.done.is_set():
+                if now - probe.started_at > self._answer_timeout:
+                    self._kill_hung(server, f"did not answer within {self._answer_timeout:.0f} s")
+                return
+            self._probe = None
+            oldest = probe.oldest_run_s
+            if oldest is not None and oldest > self._hung_run_s:
+                self._kill_hung(server, f"has had a model run waiting or running for {oldest:.0f} s")
+                return
+        if now - self._probed_at >= self._probe_interval:
+            self._probed_at = now
+            self._probe = _Probe(server, now)
+            self._probe.start()
+
+    def _kill_hung(self, server: SessionServerProcess, why: str) -> None:
+        self._probe = None
+        self._death_reported = True  # reported here, with the reason; check() starts it again
+        message = f"the session server (pid {server.pid}) {why}: killed"
+        log.error("%s; starting it again", message, extra=event("session_server_hung"))
+        self._report_error(message)
+        server.kill()
+
     def stop(self) -> None:
         """Stop the server (after the workers: they hold its sessions) and remove what it left."""
         if self._server is not None:
@@ -124,6 +171,25 @@ class SessionServerKeeper:
         key_path(self.socket_path).unlink(missing_ok=True)
         if self._made_folder is not None:
             shutil.rmtree(self._made_folder, ignore_errors=True)
+
+
+class _Probe(threading.Thread):
+    """One stats request to the server, on a thread the keeper may leave waiting if it never answers."""
+
+    def __init__(self, server: SessionServerProcess, started_at: float) -> None:
+        super().__init__(name="session-server-probe", daemon=True)
+        self.server = server
+        self.started_at = started_at
+        self.oldest_run_s: float | None = None  # None: no answer (the server went away meanwhile)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.oldest_run_s = float(self.server.stats()["oldest_run_s"])
+        except Exception as error:  # a server that died or restarted between two checks
+            log.debug("session server probe: %s", error)
+        finally:
+            self.done.set()
 
 
 def _ended(exitcode: int | None) -> str:

@@ -34,6 +34,7 @@ MESSAGE_IDS = {
     "watchdog_stalled": "8f1c0e2a4b6d4f0e9a7c3b5d1e2f4a6a",
     "lease_lost": "8f1c0e2a4b6d4f0e9a7c3b5d1e2f4a6b",  # a shared journal gave a running job to another node
     "session_server_died": "8f1c0e2a4b6d4f0e9a7c3b5d1e2f4a6c",  # the workers' session server, started again
+    "session_server_hung": "8f1c0e2a4b6d4f0e9a7c3b5d1e2f4a6d",  # it stopped answering: killed, started again
 }
 
 

@@ -14,8 +14,10 @@ from appliance.config import PpocrOnnxConfig
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.engines.ppocr_onnx.remote_session import RemoteSession, SessionServerClient
 from appliance.engines.ppocr_onnx.session_server import (
+    SessionServer,
     SessionServerError,
     SessionServerProcess,
+    _OpenSession,
     key_path,
 )
 from appliance.errors import ModelError
@@ -177,3 +179,50 @@ def test_a_server_that_cannot_listen_says_so(tmp_path: Path) -> None:
     blocked.write_text("a file where the socket's folder should be")
     with pytest.raises(ModelError, match="session server"):
         SessionServerProcess(blocked / "sessions.sock").start(timeout=30)
+
+
+class _HeldSession:
+    """A session whose run waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get_inputs(self) -> list[object]:
+        return []
+
+    def get_outputs(self) -> list[object]:
+        return []
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def run(self, _names: object, _feeds: object) -> list[np.ndarray]:
+        self.entered.set()
+        self.release.wait(60)
+        return [np.zeros(1, dtype=np.float32)]
+
+
+def test_stats_give_the_age_of_the_oldest_run_waiting_or_running(socket_path: Path) -> None:
+    """What the daemon's keeper reads to tell a hung runner from a busy one."""
+    server = SessionServer(socket_path, runners=1)
+    held = _HeldSession()
+    server._sessions.append(_OpenSession(held, None))  # as open() would, without a model file
+
+    def stats() -> dict[str, float]:
+        return dict(server._answer(("stats",), {}, set())[1])
+
+    assert stats()["oldest_run_s"] == 0.0
+    runs = [threading.Thread(target=server.run, args=(0, None, {})) for _ in range(2)]
+    for run in runs:
+        run.start()  # the second waits for the one runner
+    try:
+        assert held.entered.wait(30)
+        first = stats()["oldest_run_s"]
+        assert wait_for(lambda: stats()["oldest_run_s"] > first)  # it grows while the run is held
+    finally:
+        held.release.set()
+        for run in runs:
+            run.join()
+    assert stats()["oldest_run_s"] == 0.0  # none left once both returned
+    server._pool.shutdown()

@@ -19,6 +19,7 @@ from appliance.config import AppConfig
 from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
 from appliance.session_server_keeper import SessionServerKeeper, choose_socket
 from appliance.systemd import MESSAGE_IDS
+from tests.fakes.session_server import FakeSessionServerProcess
 from tests.polling import process_gone, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,3 +193,64 @@ def test_a_killed_daemon_leaves_no_server_behind() -> None:
         if not process_gone(server):
             os.kill(server, signal.SIGKILL)
         shutil.rmtree(folder)  # the killed stand-in could not remove it
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): state T in /proc/PID/stat."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_server_that_stops_answering_is_killed_and_started_again(
+    keeper: SessionServerKeeper, clock: Clock, errors: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    keeper.start()
+    first = keeper.pid
+    assert first is not None
+    os.kill(first, signal.SIGSTOP)  # frozen: alive, but answers nothing
+    assert wait_for(lambda: _stopped(first))
+    with caplog.at_level(logging.ERROR, logger=session_server_keeper.__name__):
+        keeper.check()  # asks, on a thread that waits
+        clock.now += session_server_keeper.ANSWER_TIMEOUT_S - 1
+        keeper.check()
+        assert keeper.alive() and not errors  # not yet past the answer's time
+        clock.now += 2
+        keeper.check()
+    assert errors == [f"the session server (pid {first}) did not answer within 30 s: killed"]
+    hung = [record for record in caplog.records if getattr(record, "MESSAGE_ID", None)]
+    assert [record.MESSAGE_ID for record in hung] == [MESSAGE_IDS["session_server_hung"]]
+    assert wait_for(lambda: process_gone(first))
+
+    keeper.check()  # its start was long enough ago: started again, its death not reported twice
+    assert keeper.alive() and keeper.restarts == 1 and keeper.pid != first
+    assert _answers(keeper)
+    assert len(errors) == 1
+
+
+def test_a_server_with_a_run_older_than_a_job_may_take_is_killed_and_one_merely_busy_is_not(
+    clock: Clock, errors: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeSessionServerProcess.started = []
+    monkeypatch.setattr(session_server_keeper, "SessionServerProcess", FakeSessionServerProcess)
+    keeper = SessionServerKeeper(1, errors.append, hung_run_s=600.0, environ={}, clock=clock)
+    keeper.start()
+    first = FakeSessionServerProcess.started[0]
+    first.oldest_run_s = 12.0  # runs queue behind one another: busy, not hung
+
+    keeper.check()
+    assert wait_for(lambda: first.requests == 1)
+    keeper.check()
+    assert first.requests == 1  # asked again only after the interval
+    clock.now += session_server_keeper.PROBE_INTERVAL_S
+    assert wait_for(lambda: (keeper.check(), first.requests == 2)[1])
+    assert first.alive() and not errors
+
+    first.oldest_run_s = 700.0  # a run stuck longer than jobs.timeout_seconds
+    clock.now += session_server_keeper.PROBE_INTERVAL_S
+    assert wait_for(lambda: (keeper.check(), bool(errors))[1])
+    assert errors == [
+        f"the session server (pid {first.pid}) has had a model run waiting or running for 700 s: killed"
+    ]
+    assert not first.alive()
+    keeper.check()
+    assert len(FakeSessionServerProcess.started) == 2 and keeper.restarts == 1 and keeper.alive()
+    keeper.stop()

@@ -154,8 +154,8 @@ class SessionServerClient:
             raise _ERRORS.get(kind, ModelError)(text)
         return answer
 
-    def stats(self) -> dict[str, int]:
-        """How many sessions the server holds, clients it serves and runner threads it has."""
+    def stats(self) -> dict[str, Any]:
+        """Sessions the server holds, clients it serves, its runner threads, its oldest run's age."""
         answer = self.request(self.channel(), ("stats",))
         return dict(answer[1])
 

@@ -19,6 +19,7 @@ through the socket. Only processes of the service's user reach the socket: its f
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import mmap
 import os
@@ -126,6 +127,11 @@ class SessionServer:
         self._stopping = threading.Event()
         self._clients_lock = threading.Lock()
         self.clients = 0
+        # When each run asked for now began (queued or running): the daemon's keeper reads the
+        # oldest to tell a server whose runner hangs (a stuck GPU call) from a busy one.
+        self._runs: dict[int, float] = {}
+        self._runs_lock = threading.Lock()
+        self._run_ids = itertools.count()
 
     def open(self, key: str, path: str, model: bytes | None, options: dict[str, Any]) -> int:
         """The id of the session `key` names, opened from `path` (or `model`) on the first request."""
@@ -165,7 +171,20 @@ class SessionServer:
     def run(self, session_id: int, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
         """One run of a session on a runner thread; the caller waits for its outputs."""
         session = self.opened(session_id).session
-        return list(self._pool.submit(session.run, names, feeds).result())
+        run_id = next(self._run_ids)
+        with self._runs_lock:
+            self._runs[run_id] = time.monotonic()
+        try:
+            return list(self._pool.submit(session.run, names, feeds).result())
+        finally:
+            with self._runs_lock:
+                del self._runs[run_id]
+
+    def oldest_run_s(self) -> float:
+        """Seconds since the oldest run now asked for (waiting or running) began; 0 with none."""
+        with self._runs_lock:
+            first = min(self._runs.values(), default=None)
+        return 0.0 if first is None else time.monotonic() - first
 
     def serve_forever(self) -> None:
         """Accept clients until stop(); each client is served on a thread of its own."""
@@ -258,7 +277,15 @@ class SessionServer:
             del feeds
             return ("ok", _place_outputs(outputs, block, output_offset))
         if kind == "stats":
-            return ("ok", {"sessions": len(self._holders), "clients": self.clients, "runners": self.runners})
+            return (
+                "ok",
+                {
+                    "sessions": len(self._holders),
+                    "clients": self.clients,
+                    "runners": self.runners,
+                    "oldest_run_s": self.oldest_run_s(),
+                },
+            )
         raise ValueError(f"unknown request {kind!r}")
 
 
@@ -328,6 +355,26 @@ class SessionServerProcess:
                 return bool(connection.recv()[0] == "ok")
         except (OSError, EOFError, AuthenticationError):
             return False
+
+    def stats(self) -> dict[str, Any]:
+        """The server's sessions, clients, runners and oldest run's age (`oldest_run_s`), on a new connection.
+
+        Blocks for as long as the server takes to answer, for ever if it is frozen: ask from a
+        thread that may be left waiting (session_server_keeper's probe).
+        """
+        authkey = key_path(self.socket_path).read_bytes()
+        with Client(str(self.socket_path), family="AF_UNIX", authkey=authkey) as connection:
+            connection.send(("stats",))
+            answer = connection.recv()
+        if answer[0] != "ok":
+            raise SessionServerError(f"the session server answered {answer!r} to stats")
+        return dict(answer[1])
+
+    def kill(self) -> None:
+        """SIGKILL: for a server that no longer answers, which SIGTERM would not end."""
+        if self._process.pid is not None:
+            self._process.kill()
+            self._process.join()
 
     @property
     def pid(self) -> int | None:
