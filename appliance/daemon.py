@@ -59,7 +59,7 @@ from appliance.names import display, display_all
 from appliance.outputs.atomic import write_atomic
 from appliance.review import SiteDictionary
 from appliance.review_desk import ReviewDesk
-from appliance.session_server_keeper import SessionServerKeeper
+from appliance.session_server_keeper import HUNG_RUN_S, SessionServerKeeper
 from appliance.status import StatusBoard, gpu_memory_budget
 from appliance.systemd import Notifier, event
 from appliance.vlm_breaker import VlmBreaker
@@ -229,7 +229,7 @@ class Daemon:
         return SessionServerKeeper(
             config.jobs.session_server_runners,
             report_error=lambda message: self._board.error("", message),
-            hung_run_s=config.jobs.timeout_seconds,
+            hung_run_s=min(HUNG_RUN_S, config.jobs.timeout_seconds),
         )
 
     def _served(self, config: AppConfig) -> AppConfig:

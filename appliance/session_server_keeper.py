@@ -28,10 +28,14 @@ SOCKET_NAME = "sessions.sock"
 # never answers, and the daemon's loop must not wait for it) ...
 PROBE_INTERVAL_S = 10.0
 # ... and is taken for hung, killed and started again, when it has not answered within this, or
-# when one of its runs has been waiting or running longer than a whole job may take
-# (jobs.timeout_seconds): the jobs it holds up time out and are retried, but without this their
-# workers would find the same stuck server again after their restart.
+# when one of its runs has been waiting or running longer than HUNG_RUN_S (or a whole job's
+# jobs.timeout_seconds, if shorter). A run is one model call: milliseconds on a GPU, seconds for
+# the largest line batch on a slow CPU; one that takes minutes is stuck (a hung GPU call), and the
+# jobs waiting on it would otherwise time out and find the same stuck server after their retry.
+# Killed, the server fails the runs in flight, so their jobs are retried at once (a transient
+# engine error) on the new one.
 ANSWER_TIMEOUT_S = 30.0
+HUNG_RUN_S = 120.0
 
 
 def choose_socket(environ: Mapping[str, str]) -> tuple[Path, Path | None]:
@@ -63,7 +67,7 @@ class SessionServerKeeper:
         runners: int,
         report_error: Callable[[str], None],
         *,
-        hung_run_s: float = 600.0,
+        hung_run_s: float = HUNG_RUN_S,
         environ: Mapping[str, str] = os.environ,
         restart_interval: float = RESTART_INTERVAL_S,
         probe_interval: float = PROBE_INTERVAL_S,

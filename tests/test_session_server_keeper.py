@@ -244,7 +244,7 @@ def test_a_server_with_a_run_older_than_a_job_may_take_is_killed_and_one_merely_
     assert wait_for(lambda: (keeper.check(), first.requests == 2)[1])
     assert first.alive() and not errors
 
-    first.oldest_run_s = 700.0  # a run stuck longer than jobs.timeout_seconds
+    first.oldest_run_s = 700.0  # a run stuck longer than the keeper allows
     clock.now += session_server_keeper.PROBE_INTERVAL_S
     assert wait_for(lambda: (keeper.check(), bool(errors))[1])
     assert errors == [
