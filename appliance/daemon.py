@@ -473,7 +473,7 @@ class Daemon:
                 new.jobs.per_worker,
             )
             self._notifier.extend_timeout(_WORKER_START_SECONDS)
-            worker.start(timeout=_WORKER_START_SECONDS)
+            self._start_worker(worker)
             self._workers.append(worker)
         for worker in self._workers[new.jobs.workers :]:
             worker.restart_when_idle = True  # retired below once idle
@@ -623,7 +623,7 @@ class Daemon:
                     continue
                 worker.restart_when_idle = False
                 self._notifier.extend_timeout(_WORKER_START_SECONDS)
-                worker.start(timeout=_WORKER_START_SECONDS)
+                self._start_worker(worker)
             if worker.restart_when_idle or not worker.alive():
                 continue  # a worker waiting for its restart takes no more jobs, so it gets idle
             # While suspects remain every worker reads one job at a time, so that a suspect is
@@ -732,7 +732,13 @@ class Daemon:
                     self._release(job, f"its worker was stopped: another job {reason}")
             if restart:
                 self.stats.worker_restarts += 1
-                worker.start()
+                self._start_worker(worker)
+
+    def _start_worker(self, worker: Worker, timeout: float = _WORKER_START_SECONDS) -> None:
+        """Start a worker again; a session server that died is started first, whatever its interval."""
+        if self._sessions is not None:
+            self._sessions.check(now=True)  # the worker's engine opens its sessions in it as it loads
+        worker.start(timeout=timeout)
 
     def _worker_lost(self, job: Job, reason: str) -> None:
         """The job its worker died on (or overran its time): an attempt counted, poison after the last."""

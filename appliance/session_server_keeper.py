@@ -116,8 +116,13 @@ class SessionServerKeeper:
             self.runners,
         )
 
-    def check(self) -> None:
-        """On the daemon's loop: report a server that died, and start it again once the interval allows."""
+    def check(self, *, now: bool = False) -> None:
+        """On the daemon's loop: report a server that died, and start it again once the interval allows.
+
+        `now`: start a dead server whatever the interval, for a worker about to load its engine
+        from it (which would fail without one); a server that cannot start then raises ModelError
+        as that worker's load would.
+        """
         server = self._server
         if server is None:
             return
@@ -129,6 +134,11 @@ class SessionServerKeeper:
             message = f"the session server (pid {server.pid}) {_ended(server.exitcode)}"
             log.error("%s; starting it again", message, extra=event("session_server_died"))
             self._report_error(message)
+        if now:
+            self.start()
+            self.restarts += 1
+            self._death_reported = False
+            return
         if self._clock() - self._started_at < self._restart_interval:
             return
         try:

@@ -254,3 +254,18 @@ def test_a_server_with_a_run_older_than_a_job_may_take_is_killed_and_one_merely_
     keeper.check()
     assert len(FakeSessionServerProcess.started) == 2 and keeper.restarts == 1 and keeper.alive()
     keeper.stop()
+
+
+def test_a_worker_about_to_load_gets_a_dead_server_started_at_once(
+    keeper: SessionServerKeeper, clock: Clock, errors: list[str]
+) -> None:
+    keeper.start()
+    first = keeper.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    assert wait_for(lambda: not keeper.alive())
+    keeper.check()  # within the interval since its start: reported, not started
+    assert not keeper.alive()
+    keeper.check(now=True)  # a worker is about to open its sessions in it
+    assert keeper.alive() and keeper.restarts == 1 and keeper.pid != first and _answers(keeper)
+    assert errors == [f"the session server (pid {first}) was killed by SIGKILL"]
