@@ -1,4 +1,4 @@
-"""PP-OCRv5 on onnxruntime: detection, text-line orientation and recognition from verified files."""
+"""PP-OCR v5 and v6 on onnxruntime: detection, line orientation and recognition from verified files."""
 
 from __future__ import annotations
 
