@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -30,6 +31,17 @@ class _Strict(BaseModel):
     # "300" or "yes" in quotes is an error too; paths stay lax because YAML gives them as str.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+def _quoted_switch(value: object) -> object:
+    # YAML 1.1 reads a bare on/off as true/false; say what to write instead of listing the literals.
+    if isinstance(value, bool):
+        word = "on" if value else "off"
+        raise ValueError(f'write "{word}" in quotes: YAML reads a bare {word} as {str(value).lower()}')
+    return value
+
+
+# A setting that is on, off, or decided by the appliance; in YAML "on" and "off" go in quotes.
+Switch = Annotated[Literal["auto", "on", "off"], BeforeValidator(_quoted_switch)]
 
 Precision = Literal["fp32", "fp16", "int8"]
 
@@ -109,7 +121,7 @@ class PpocrOnnxConfig(_Strict):
     # The CUDA provider sets its convolutions up again whenever a session's input shape changes
     # (1.3-2.0 s for PP-OCRv6's recogniser); the CPU does not, and wider padding changes some
     # reads. auto: on with the CUDA provider, off on the CPU.
-    fixed_shapes: Literal["auto", "on", "off"] = "auto"
+    fixed_shapes: Switch = "auto"
     # Rows of every line batch and orientation batch under fixed shapes. On an H200 16 rows at the
     # widest bucket (3200 px) asked one attention buffer of 274 MiB and ran out of a 1 GiB arena.
     fixed_batch_size: StrictInt = Field(default=8, ge=1, le=64)
@@ -290,7 +302,7 @@ class JobsConfig(_Strict):
     # auto: on with more than one worker when the models would run on CUDA; on: always with the
     # ONNX engine; off: each worker its own. On an H200 with 16 cores, 4 workers through it read
     # 19.4 pages/s and 6 read 21.4, the card at 4.2 GB, against 6.4 for one worker.
-    session_server: Literal["auto", "on", "off"] = "auto"
+    session_server: Switch = "auto"
     # The server's threads that run the models: the GPU memory of this many runs in flight (and
     # each thread's cuDNN and cuBLAS handles), however many workers send them.
     session_server_runners: StrictInt = Field(default=1, ge=1, le=8)
@@ -298,15 +310,6 @@ class JobsConfig(_Strict):
     max_attempts: StrictInt = Field(default=3, ge=1)
     retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)
     retention_days: StrictFloat = Field(default=30.0, gt=0)
-
-    @field_validator("session_server", mode="before")
-    @classmethod
-    def _quoted_switch(cls, value: object) -> object:
-        # YAML 1.1 reads a bare on/off as true/false; say what to write instead of listing the literals.
-        if isinstance(value, bool):
-            word = "on" if value else "off"
-            raise ValueError(f'write "{word}" in quotes: YAML reads a bare {word} as {str(value).lower()}')
-        return value
 
 
 class OutputsConfig(_Strict):

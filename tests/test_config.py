@@ -98,3 +98,8 @@ def test_a_bare_yaml_on_or_off_is_refused_with_what_to_write(tmp_path: Path) -> 
     path.write_text('jobs:\n  session_server: "on"\n  session_server_runners: 2\n', encoding="utf-8")
     jobs = load_config(path).jobs
     assert (jobs.session_server, jobs.session_server_runners) == ("on", 2)
+    path.write_text("engine:\n  ppocr_onnx:\n    fixed_shapes: on\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r'engine\.ppocr_onnx\.fixed_shapes: write "on" in quotes'):
+        load_config(path)
+    path.write_text('engine:\n  ppocr_onnx:\n    fixed_shapes: "off"\n', encoding="utf-8")
+    assert load_config(path).engine.ppocr_onnx.fixed_shapes == "off"
