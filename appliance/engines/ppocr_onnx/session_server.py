@@ -346,13 +346,18 @@ class SessionServerProcess:
         self.stop()
         raise ModelError(f"the session server did not listen on {self.socket_path} within {timeout:.0f} s")
 
+    def _ask(self, request: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One request on a connection of its own, with the server's key; blocks until it answers."""
+        authkey = key_path(self.socket_path).read_bytes()
+        with Client(str(self.socket_path), family="AF_UNIX", authkey=authkey) as connection:
+            connection.send(request)
+            answer: tuple[Any, ...] = connection.recv()
+        return answer
+
     def _answers(self) -> bool:
         """Whether the server takes a connection with its key and answers a hello."""
         try:
-            authkey = key_path(self.socket_path).read_bytes()
-            with Client(str(self.socket_path), family="AF_UNIX", authkey=authkey) as connection:
-                connection.send(("hello",))
-                return bool(connection.recv()[0] == "ok")
+            return bool(self._ask(("hello",))[0] == "ok")
         except (OSError, EOFError, AuthenticationError):
             return False
 
@@ -362,10 +367,7 @@ class SessionServerProcess:
         Blocks for as long as the server takes to answer, for ever if it is frozen: ask from a
         thread that may be left waiting (session_server_keeper's probe).
         """
-        authkey = key_path(self.socket_path).read_bytes()
-        with Client(str(self.socket_path), family="AF_UNIX", authkey=authkey) as connection:
-            connection.send(("stats",))
-            answer = connection.recv()
+        answer = self._ask(("stats",))
         if answer[0] != "ok":
             raise SessionServerError(f"the session server answered {answer!r} to stats")
         return dict(answer[1])
