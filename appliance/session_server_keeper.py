@@ -134,18 +134,15 @@ class SessionServerKeeper:
             message = f"the session server (pid {server.pid}) {_ended(server.exitcode)}"
             log.error("%s; starting it again", message, extra=event("session_server_died"))
             self._report_error(message)
-        if now:
-            self.start()
-            self.restarts += 1
-            self._death_reported = False
-            return
-        if self._clock() - self._started_at < self._restart_interval:
+        if not now and self._clock() - self._started_at < self._restart_interval:
             return
         try:
             self.start()
         except ModelError as error:
             log.error("the session server could not be started again: %s", error)
             self._report_error(f"the session server could not be started again: {error}")
+            if now:
+                raise
             return
         self.restarts += 1
         self._death_reported = False
