@@ -15,10 +15,9 @@ from pathlib import Path
 
 from appliance.config import AppConfig, PpocrOnnxConfig
 from appliance.engines.ppocr_onnx.cuda_driver import driver_problem, read_driver_version
-from appliance.engines.ppocr_onnx.session_server import SessionServerError, SessionServerProcess, key_path
+from appliance.engines.ppocr_onnx.session_server import SessionServerProcess, key_path
 
 __all__ = [
-    "SessionServerError",
     "SessionServerProcess",
     "key_path",
     "served_by",
