@@ -104,8 +104,8 @@ class Daemon:
         # One session server holding the ONNX models for every worker, where jobs.session_server
         # wants one; the workers' engines then open their sessions in it.
         self._sessions = self._session_server_keeper(config)
-        if self._sessions is not None and factory_for is not None:
-            engine_factory = factory_for(self._sessions.served(config))
+        if self._sessions is not None and factory_for is not None:  # a keeper comes only with factory_for
+            engine_factory = factory_for(self._served(config))
         self._engine_factory = engine_factory
         self._audit = AuditLog(config.paths.state_dir / "audit.jsonl")
         self._site_dictionary = SiteDictionary(config.paths.state_dir / "site_dictionary.json")
@@ -735,7 +735,7 @@ class Daemon:
                 self._start_worker(worker)
 
     def _start_worker(self, worker: Worker, timeout: float = _WORKER_START_SECONDS) -> None:
-        """Start a worker again; a session server that died is started first, whatever its interval."""
+        """Start a worker, new or again; a dead session server is started first, whatever its interval."""
         if self._sessions is not None:
             self._sessions.check(now=True)  # the worker's engine opens its sessions in it as it loads
         worker.start(timeout=timeout)
