@@ -301,7 +301,8 @@ class JobsConfig(_Strict):
     # (about 4 GB each with the defaults, bench/README.md), so several workers fit a consumer card.
     # auto: on with more than one worker when the models would run on CUDA; on: always with the
     # ONNX engine; off: each worker its own. On an H200 with 16 cores, 4 workers through it read
-    # 19.4 pages/s and 6 read 21.4, the card at 4.2 GB, against 6.4 for one worker.
+    # 19.4 pages/s and 6 read 21.4, the card at 4.2 GB, against 6.4 for one worker (bench/README.md,
+    # "Worker processes through one session server").
     session_server: Switch = "auto"
     # The server's threads that run the models: the GPU memory of this many runs in flight (and
     # each thread's cuDNN and cuBLAS handles), however many workers send them.
