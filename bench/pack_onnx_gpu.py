@@ -1,6 +1,7 @@
 """Pack onnxruntime-gpu, the model files and the data sets into parts for a GPU machine without network."""
 
 # Usage: python -m bench.pack_onnx_gpu --out .gpu-carry/ort [--data DIR ...] [--manifest NAME] [--keep-arch N]
+#        [--daemon]
 #
 # Downloads (pip download: cp312, manylinux x86_64, wheels only, pyproject.toml's pins) onnxruntime-gpu
 # and what bench.onnx_gpu_shapes --full and bench.host_stages import that the GPU machine lacks (it has
@@ -56,6 +57,16 @@ BENCH_REQUIREMENTS = (
     "onnx",
     "rapidfuzz",
     "protobuf",
+)
+# What the daemon itself imports beyond them (bench.daemon_pages runs it), packed with --daemon.
+DAEMON_REQUIREMENTS = (
+    "watchdog",
+    "lxml",
+    "fonttools",
+    "json-repair",
+    "grpcio",
+    "grpcio-health-checking",
+    "grpcio-reflection",
 )
 # Distributions the GPU machine has already (its own numpy, Pillow and OpenCV work with torch).
 ON_THE_MACHINE = frozenset({"numpy", "pillow", "opencv-python-headless", "opencv-python"})
@@ -353,22 +364,24 @@ def folder_size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
-def download(work: Path, versions: dict[str, str]) -> tuple[Path, list[Path]]:
+def download(work: Path, versions: dict[str, str], daemon: bool = False) -> tuple[Path, list[Path]]:
     """The onnxruntime-gpu wheel and the other wheels, the GPU machine's own distributions left out."""
     (ort,) = pip_download([f"onnxruntime-gpu=={versions['onnxruntime-gpu']}"], work / "ort", "--no-deps")
     constraints = work / "constraints.txt"
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(versions.items())))
-    wanted = [f"{name}=={versions[name]}" for name in BENCH_REQUIREMENTS]
+    names = BENCH_REQUIREMENTS + (DAEMON_REQUIREMENTS if daemon else ())
+    wanted = [f"{name}=={versions[name]}" for name in names]
     wheels = pip_download(wanted, work / "wheels", "-c", str(constraints))
     return ort, [wheel for wheel in wheels if wheel_name(wheel) not in ON_THE_MACHINE]
 
 
-def pack(
+def pack(  # noqa: PLR0917 (the CLI's options, each with its default)
     out: Path,
     part_budget: int,
     data: Sequence[Path] = (),
     manifests: Sequence[str] = ("ppocrv6_small",),
     keep_arch: Iterable[int] = (90,),
+    daemon: bool = False,
 ) -> list[Path]:
     """Download, pack and split into out/part-N (out is emptied first); the part folders."""
     if out.exists():
@@ -377,7 +390,7 @@ def pack(
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as scratch:
         work, staged = Path(scratch) / "downloads", Path(scratch) / "staged"
         work.mkdir()
-        ort, wheels = download(work, pins(REPO / "pyproject.toml"))
+        ort, wheels = download(work, pins(REPO / "pyproject.toml"), daemon)
         print(f"packing {ort.name}")
         pack_onnxruntime(ort, staged / "site", set(keep_arch))
         for wheel in wheels:
@@ -400,13 +413,18 @@ def main() -> None:
     parser.add_argument("--data", type=Path, nargs="*", default=[], help="folders copied into $DATA")
     parser.add_argument("--manifest", action="append", help="model manifest name or file (ppocrv6_small)")
     parser.add_argument("--keep-arch", type=int, action="append", help="SM architecture to keep (90)")
+    parser.add_argument(
+        "--daemon", action="store_true", help="also what the daemon imports (bench.daemon_pages)"
+    )
     parser.add_argument("--limit", type=int, default=CARRY_LIMIT, help="bytes one call may carry")
     parser.add_argument("--margin", type=int, default=MIB, help="bytes kept under the limit")
     args = parser.parse_args()
     tree = tree_size(REPO)
     budget = args.limit - args.margin - tree
     print(f"working tree {tree:,} bytes: each part may hold {budget:,}")
-    folders = pack(args.out, budget, args.data, args.manifest or ["ppocrv6_small"], args.keep_arch or [90])
+    folders = pack(
+        args.out, budget, args.data, args.manifest or ["ppocrv6_small"], args.keep_arch or [90], args.daemon
+    )
     for folder in folders:
         size = folder_size(folder)
         print(f"{folder}: {size:,} bytes, with the tree {size + tree:,} of {args.limit:,}")

@@ -22,6 +22,7 @@ REAL_MODEL_MODULES = frozenset(
     {
         "test_charset",
         "test_cli",
+        "test_daemon_pages_bench",
         "test_daemon_session_server",
         "test_engine_model_sets",
         "test_engine_ppocr_onnx",

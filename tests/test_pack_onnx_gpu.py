@@ -88,7 +88,7 @@ def packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]
     wheels = [
         make_wheel(downloads / f"{name}-1.0-py3-none-any.whl", files) for name, files in wheel_files.items()
     ]
-    monkeypatch.setattr(pack_onnx_gpu, "download", lambda work, versions: (ort, wheels))
+    monkeypatch.setattr(pack_onnx_gpu, "download", lambda work, versions, daemon=False: (ort, wheels))
 
     packages = tmp_path / "packages"
     (packages / "fakemodels").mkdir(parents=True)
@@ -138,6 +138,30 @@ def snapshot(*folders: Path) -> dict[str, tuple[int, int]]:
         for path in folder.rglob("*")
         if path.is_file()
     }
+
+
+def test_the_daemon_option_downloads_what_the_daemon_imports_at_the_pinned_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[list[str]] = []
+
+    def pip_download(requirements: list[str], dest: Path, *options: str) -> list[Path]:
+        asked.append(list(requirements))
+        return [dest / "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl"]
+
+    monkeypatch.setattr(pack_onnx_gpu, "pip_download", pip_download)
+    versions = pack_onnx_gpu.pins(pack_onnx_gpu.REPO / "pyproject.toml")
+    pack_onnx_gpu.download(tmp_path, versions)
+    pack_onnx_gpu.download(tmp_path, versions, daemon=True)
+    bench_only, with_daemon = asked[1], asked[3]  # each call asks for onnxruntime-gpu, then the rest
+    daemon_only = set(with_daemon) - set(bench_only)
+    assert {requirement.split("==")[0] for requirement in daemon_only} == set(
+        pack_onnx_gpu.DAEMON_REQUIREMENTS
+    )
+    assert (
+        f"grpcio=={versions['grpcio']}" in daemon_only and f"watchdog=={versions['watchdog']}" in daemon_only
+    )
+    assert not any(requirement.startswith("grpcio") for requirement in bench_only)
 
 
 def test_split_keeps_the_budget_and_places_every_item_once() -> None:

@@ -1,0 +1,262 @@
+"""Pages a second through the whole daemon: its hot folder, workers, session server and outputs.
+
+Usage:
+    python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--session-server auto|on|off]
+        [--runners N] [--gpu-mem-limit-mb N] [--formats json,text] [--copies N] [--timeout S]
+        DATA_DIR [DATA_DIR ...]
+
+Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
+folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
+which comes after its workers (and session server) have loaded. The daemon runs as `python -m
+appliance run` in a child process; the bench waits until the journal holds every file in a final
+state, stops it with SIGTERM and prints one JSON line: pages a second from the first job's claim to
+the last job's end (loading left out), the states the jobs ended in, the time the daemon took to
+load, and the peak GPU memory that `nvidia-smi` saw while it ran (absent without one). Each image
+is one page. `--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a
+comment in it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon
+issues the result of a file it has already read without reading it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
+_FINAL = ("done", "review", "failed")
+
+
+def source_images(folders: list[Path]) -> list[Path]:
+    """The images of each data folder (its `images/` folder when it has one), in name order."""
+    found: list[Path] = []
+    for folder in folders:
+        images = folder / "images" if (folder / "images").is_dir() else folder
+        found += sorted(path for path in images.iterdir() if path.suffix.lower() in _SUFFIXES)
+    return found
+
+
+def distinct_copy(data: bytes, suffix: str, copy: int) -> bytes:
+    """The image with a comment naming its copy (none for copy 0): same pixels, another sha256.
+
+    Written here because it is one segment or chunk put in whole, which no library does without
+    decoding and encoding the pixels again (lossy for a JPEG).
+    """
+    if copy == 0:
+        return data
+    note = f"copy {copy}".encode()
+    if suffix in (".jpg", ".jpeg"):  # a COM segment right after the start-of-image marker
+        return data[:2] + b"\xff\xfe" + struct.pack(">H", 2 + len(note)) + note + data[2:]
+    if suffix == ".png":  # a tEXt chunk before the closing IEND chunk (its last 12 bytes)
+        body = b"tEXt" + b"Comment\0" + note
+        chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+        return data[:-12] + chunk + data[-12:]
+    raise SystemExit(f"--copies takes JPEG and PNG images only, not {suffix}")
+
+
+def config_text(root: Path, args: argparse.Namespace) -> str:
+    """The scratch appliance's configuration: one hot folder, the engine and workers asked for."""
+    onnx: dict[str, Any] = {"provider": args.provider}
+    if args.gpu_mem_limit_mb:
+        onnx["gpu_mem_limit_mb"] = args.gpu_mem_limit_mb
+    engine = {"name": "ppocr_onnx", "ppocr_onnx": onnx}
+    config: dict[str, Any] = {
+        "version": 1,
+        "paths": {"state_dir": str(root / "state")},
+        "hot_folders": [
+            {
+                "path": str(root / "in"),
+                "output_dir": str(root / "out"),
+                "archive_dir": str(root / "archive"),
+                "failed_dir": str(root / "failed"),
+                "review_dir": str(root / "review"),
+                "audit_dir": str(root / "audit"),
+            }
+        ],
+        "intake": {"settle_seconds": 0.2, "min_free_mb": 0.0},
+        "jobs": {
+            "workers": args.workers,
+            "session_server": args.session_server,
+            "session_server_runners": args.runners,
+            "timeout_seconds": args.timeout,
+        },
+        "engine": engine,
+        "api": {"socket": str(root / "api.sock")},
+    }
+    if args.per_worker:
+        config["jobs"]["per_worker"] = args.per_worker
+    if args.formats:
+        config["outputs"] = {"formats": args.formats.split(",")}
+    return json.dumps(config, indent=1)  # JSON is YAML
+
+
+class GpuMemory:
+    """Samples the GPU's used memory with nvidia-smi every half second; nothing without one."""
+
+    def __init__(self) -> None:
+        self.tool = shutil.which("nvidia-smi")
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def used_mib(self) -> int | None:
+        if self.tool is None:
+            return None
+        answer = subprocess.run(
+            [self.tool, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return int(answer.stdout.split()[0]) if answer.returncode == 0 and answer.stdout.strip() else None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            used = self.used_mib()
+            if used is not None:
+                self.samples.append(used)
+
+    def start(self) -> None:
+        if self.tool is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def journal_rows(journal: Path) -> list[tuple[str, float, float, int, bool]]:
+    """(state, created_at, updated_at, attempts, issued as a duplicate) of each job; [] before any."""
+    if not journal.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=5.0) as connection:
+            return connection.execute(
+                "SELECT state, created_at, updated_at, attempts, duplicate_of IS NOT NULL FROM jobs"
+            ).fetchall()
+    except sqlite3.OperationalError:  # created but not yet given its tables
+        return []
+
+
+def accounted(rows: list[tuple[str, float, float, int, bool]], failed: Path) -> int:
+    """Files that reached an end: jobs done or in review, and each reason in the failed folder.
+
+    A reason is a failed job's or that of a file intake refused, which never became a job.
+    """
+    reasons = len(list(failed.glob("*.error.json"))) if failed.is_dir() else 0
+    return sum(1 for row in rows if row[0] in ("done", "review")) + reasons
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    images = source_images(args.data)
+    if not images:
+        raise SystemExit("no images in " + ", ".join(map(str, args.data)))
+    root = Path(tempfile.mkdtemp(prefix="ocr-daemon-pages-"))
+    (root / "in").mkdir()
+    for image in images:  # the set's name keeps 000.jpg of two sets apart
+        data = image.read_bytes()
+        for copy in range(args.copies):
+            name = f"{image.parent.parent.name}-{copy}-{image.name}"
+            (root / "in" / name).write_bytes(distinct_copy(data, image.suffix.lower(), copy))
+    pages = len(images) * args.copies
+    config = root / "config.yaml"
+    config.write_text(config_text(root, args), encoding="utf-8")
+    gpu = GpuMemory()
+    before = gpu.used_mib()
+    gpu.start()
+    log = root / "daemon.log"
+    launched = time.time()
+    with log.open("wb") as handle:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=handle, stderr=handle
+        )
+    journal = root / "state" / "journal.sqlite3"
+    deadline = time.monotonic() + args.timeout
+    try:
+        while time.monotonic() < deadline and daemon.poll() is None:
+            if accounted(journal_rows(journal), root / "failed") >= pages:
+                break
+            time.sleep(0.5)
+    finally:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        gpu.stop()
+    rows = journal_rows(journal)
+    finished = [row for row in rows if row[0] in _FINAL]
+    states = {state: sum(1 for row in rows if row[0] == state) for state in sorted({row[0] for row in rows})}
+    report: dict[str, Any] = {
+        "pages": pages,
+        "workers": args.workers,
+        "provider": args.provider,
+        "session_server": args.session_server,
+        "runners": args.runners,
+        "gpu_mem_limit_mb": args.gpu_mem_limit_mb,
+        "states": states,
+        "retried": sum(1 for row in rows if row[3] > 1),
+        "duplicates": sum(1 for row in rows if row[4]),  # results issued without a read
+        "refused_at_intake": accounted(rows, root / "failed") - len(finished),
+        "complete": len(finished) == pages,
+        "daemon_exit": daemon.returncode,
+        "scratch": str(root),
+    }
+    if finished:
+        first_claim = min(row[1] for row in rows)
+        span = max(row[2] for row in finished) - first_claim
+        report["load_s"] = round(first_claim - launched, 1)
+        report["span_s"] = round(span, 2)
+        report["pages_per_s"] = round(len(finished) / span, 2) if span > 0 else None
+    if gpu.samples:
+        report["gpu_mib_before"] = before
+        report["gpu_mib_peak"] = max(gpu.samples)
+    if not args.keep and report["complete"]:
+        shutil.rmtree(root, ignore_errors=True)
+        report["scratch"] = None
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", type=Path, nargs="+", help="folders of page images (or with images/)")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--provider", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--session-server", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--runners", type=int, default=1, help="the session server's model-running threads")
+    parser.add_argument(
+        "--per-worker", type=int, default=0, help="jobs a worker reads at once (0: the engine's)"
+    )
+    parser.add_argument(
+        "--gpu-mem-limit-mb", type=int, default=0, help="the ONNX arena's cap (0: the default)"
+    )
+    parser.add_argument(
+        "--formats", default="", help="output formats, comma-separated (default: the config's)"
+    )
+    parser.add_argument("--copies", type=int, default=1, help="distinct copies of each image dropped")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every page")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the scratch folder (it is kept if incomplete)"
+    )
+    report = measure(parser.parse_args())
+    print(json.dumps(report))
+    if not report["complete"]:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
