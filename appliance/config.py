@@ -129,6 +129,12 @@ class PpocrOnnxConfig(_Strict):
     # null: shapes.py's 640, 1280, 3200. More widths are less padding (docs_zh 0.84% CER with eight
     # against 0.93%) and more sessions, each about 210 MiB of the card (bench/README.md).
     fixed_line_widths: tuple[StrictInt, ...] | None = Field(default=None, min_length=1)
+    # Under fixed shapes, `per_shape`: a session for each detector bucket and line width; `one`: a
+    # model's shapes share one session, its graph copied once per shape behind If nodes
+    # (engines/ppocr_onnx/shape_branches.py). On an H200 `one` took the session server from 4,243
+    # to 3,967 MiB at 8 workers but read 13% fewer pages a second, and one process reading alone
+    # peaked higher (4,675 against 3,925 MiB): bench/README.md, "Where the card's memory goes".
+    shape_sessions: Literal["one", "per_shape"] = "per_shape"
     # Cap of the CUDA memory arena in MiB: with gpu_arena `shared` the process's one arena, which
     # every session draws on; with `per_session` each session's own (one per fixed shape and role).
     gpu_mem_limit_mb: StrictInt = Field(default=2048, ge=64)

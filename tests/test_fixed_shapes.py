@@ -15,6 +15,7 @@ from appliance.engines.ppocr_onnx import engine as engine_module
 from appliance.engines.ppocr_onnx.detection import TextDetector
 from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.recognition import TextRecognizer
+from appliance.engines.ppocr_onnx.shape_branches import BRANCH
 from appliance.engines.ppocr_onnx.shapes import (
     choose_bucket,
     choose_width,
@@ -229,21 +230,42 @@ def test_orientation_runs_fixed_batches_and_drops_padded_rows() -> None:
 
 
 class _ShapeRecorder:
-    """Wraps a real session and notes the input shapes it runs."""
+    """Wraps a real session and notes, for each copy of its graph it runs, the input shapes it gives.
+
+    A session of one shape has one copy (None); a branched session's copy is the one its condition
+    inputs choose (shape_branches.py).
+    """
 
     def __init__(self, session: Any) -> None:
         self._session = session
-        self.shapes: set[tuple[int, ...]] = set()
+        self.shapes: dict[int | None, set[tuple[int, ...]]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
 
     def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
-        self.shapes.update(tensor.shape for tensor in feeds.values())
+        conditions = sorted(name for name in feeds if name.startswith(BRANCH))
+        copy = None
+        if conditions:
+            chosen = [index for index, name in enumerate(conditions) if bool(feeds[name])]
+            copy = chosen[0] if chosen else len(conditions)
+        data = [tensor.shape for name, tensor in feeds.items() if not name.startswith(BRANCH)]
+        self.shapes.setdefault(copy, set()).update(data)
         return self._session.run(names, feeds)
 
+    def one_shape_per_copy(self) -> bool:
+        return all(len(shapes) == 1 for shapes in self.shapes.values())
 
-def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+
+@pytest.mark.parametrize(
+    ("shape_sessions", "sessions", "copies"),
+    [("per_shape", 5 + 4 + 1, [1] * 10), ("one", 3, [5, 4, 1])],
+)
+def test_engine_with_fixed_shapes_gives_each_session_one_shape(
+    monkeypatch: pytest.MonkeyPatch, shape_sessions: str, sessions: int, copies: list[int]
+) -> None:
+    """5 detector buckets, 4 line widths, 1 orientation shape: each its own session or its own copy
+    of its model's graph in one session (the CUDA provider pays its memory per session)."""
     opened: list[tuple[str, _ShapeRecorder]] = []
     real = engine_module.create_session
 
@@ -254,22 +276,44 @@ def test_engine_with_fixed_shapes_gives_each_session_one_shape(monkeypatch: pyte
         return recorder, info
 
     monkeypatch.setattr(engine_module, "create_session", recording)
-    config = PpocrOnnxConfig(provider="cpu", fixed_shapes="on", fixed_batch_size=4, det_limit_side_len=640)
+    config = PpocrOnnxConfig(
+        provider="cpu",
+        fixed_shapes="on",
+        fixed_batch_size=4,
+        det_limit_side_len=640,
+        shape_sessions=shape_sessions,  # type: ignore[arg-type]
+    )
     engine = PpocrOnnxEngine(config)
     try:
         assert engine.describe()["fixed_shapes"] is True
         assert engine._recognizer._best  # the best class per step comes back, not every probability
         assert engine._detector._takes_image  # the page goes as uint8; the graph normalises it
-        # 5 detector buckets, 4 line widths, 1 orientation session.
-        assert len(opened) == 5 + 4 + 1
+        assert len(opened) == sessions
         assert engine.describe()["shared_cuda_arena"] is False  # CPU sessions have no CUDA arena
-        assert all(len(recorder.shapes) == 1 for _, recorder in opened)  # warmed at load
+        assert [len(recorder.shapes) for _, recorder in opened] == copies  # each copy warmed at load
+        assert all(recorder.one_shape_per_copy() for _, recorder in opened)
         page = rendering.receipt()
         lines = engine.recognize(page.bgr()).lines
         assert lines
-        assert all(len(recorder.shapes) == 1 for _, recorder in opened)
+        assert all(recorder.one_shape_per_copy() for _, recorder in opened)
     finally:
         engine.close()
+
+
+def test_one_session_for_all_shapes_reads_as_a_session_per_shape() -> None:
+    pages = [rendering.receipt().bgr(), rendering.chinese_page().bgr()]
+    reads = []
+    for shape_sessions in ("per_shape", "one"):
+        config = PpocrOnnxConfig(
+            provider="cpu", fixed_shapes="on", det_limit_side_len=960, shape_sessions=shape_sessions
+        )
+        engine = PpocrOnnxEngine(config)
+        try:
+            reads.append([[line.text for line in engine.recognize(page).lines] for page in pages])
+        finally:
+            engine.close()
+    assert reads[0] == reads[1]
+    assert all(reads[0])
 
 
 def test_warm_up_runs_the_largest_input_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,7 +324,7 @@ def test_warm_up_runs_the_largest_input_first(monkeypatch: pytest.MonkeyPatch) -
 
     class Recorder(_ShapeRecorder):
         def run(self, names: Any, feeds: dict[str, np.ndarray]) -> Any:
-            warmed.extend(tensor.shape for tensor in feeds.values())
+            warmed.extend(tensor.shape for name, tensor in feeds.items() if not name.startswith(BRANCH))
             return super().run(names, feeds)
 
     def recording(path: Any, *args: Any, **kwargs: Any) -> Any:

@@ -66,3 +66,10 @@ def append_best_class(model: bytes | Path) -> bytes:
 def has_best_class(output_names: list[str]) -> bool:
     """Whether a session's outputs include the best-class pair of append_best_class."""
     return all(name in output_names for name in BEST_OUTPUTS)
+
+
+def head_classes(model: bytes | Path) -> int | None:
+    """The class count of a recogniser's probabilities (its first output's last axis), if fixed."""
+    proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
+    dims = proto.graph.output[0].type.tensor_type.shape.dim
+    return dims[-1].dim_value if dims and dims[-1].dim_value > 0 else None

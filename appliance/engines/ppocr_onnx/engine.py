@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import cv2
 import numpy as np
@@ -24,7 +25,12 @@ from appliance.engines.manifest import (
     load_manifest,
     verify_models,
 )
-from appliance.engines.ppocr_onnx.best_class import append_best_class
+from appliance.engines.ppocr_onnx.best_class import (
+    BEST_OUTPUTS,
+    SPACE_OUTPUT,
+    append_best_class,
+    head_classes,
+)
 from appliance.engines.ppocr_onnx.bullets import restore_bullet
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import MEAN, STD, TextDetector
@@ -44,10 +50,12 @@ from appliance.engines.ppocr_onnx.sessions import (
     create_session,
     prepare_cuda,
 )
+from appliance.engines.ppocr_onnx.shape_branches import ShapeBranch, branched_model
 from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from appliance.errors import ModelError
 
+_Shape = TypeVar("_Shape", bound=Hashable)  # a detector bucket (height, width) or a line width
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "ppocr_onnx"
@@ -223,13 +231,18 @@ class PpocrOnnxEngine:
         det_sizes = detector_buckets(config.det_limit_side_len) if self._fixed else ()
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
-        buckets = {
-            size: self._open("det", paths["det"], graphs["det"], f"{size[0]}x{size[1]}") for size in det_sizes
-        }
         rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width
-        by_width = {
-            width: self._open("rec", paths["rec"], graphs["rec"], f"{rows}x{width}") for width in widths
-        }
+        buckets = self._open_shapes(
+            "det", paths["det"], graphs["det"], {size: f"{size[0]}x{size[1]}" for size in det_sizes}
+        )
+        # The best class per step is all a run under fixed shapes fetches (best_class.py).
+        by_width = self._open_shapes(
+            "rec",
+            paths["rec"],
+            graphs["rec"],
+            {width: f"{rows}x{width}" for width in widths},
+            [*BEST_OUTPUTS, SPACE_OUTPUT],
+        )
         sessions = {
             role: self._open(role, paths[role], graphs[role], f"{rows}" if self._fixed else "")
             for role in roles
@@ -255,6 +268,7 @@ class PpocrOnnxEngine:
             pool=self._pool,
             kept=kept,
             widths=by_width or None,
+            classes=head_classes(graphs["rec"] or paths["rec"]) if self._fixed else None,
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
@@ -302,6 +316,29 @@ class PpocrOnnxEngine:
         elapsed = (time.perf_counter() - started) * 1000
         log.info("%d fixed-shape sessions warmed in %.0f ms", len(runs), elapsed)
         return elapsed
+
+    def _open_shapes(
+        self,
+        role: str,
+        path: Path,
+        model: bytes | None,
+        slots: dict[_Shape, str],
+        outputs: list[str] | None = None,
+    ) -> dict[_Shape, ModelSession]:
+        """A session for each fixed shape of one role: copies of one branched session, or one each.
+
+        With engine.ppocr_onnx.shape_sessions `one` the shapes share one session (shape_branches.py)
+        whose graph keeps only `outputs` (None: all), so the CUDA provider's per-session memory is
+        paid once, not once per shape.
+        """
+        if self._config.shape_sessions == "per_shape" or len(slots) < 2:
+            return {shape: self._open(role, path, model, slot) for shape, slot in slots.items()}
+        try:
+            branched = branched_model(model or path, len(slots), outputs)
+        except Exception as error:  # onnx raises protobuf's untyped errors
+            raise ModelError(f"cannot copy {path} once per shape: {error}") from None
+        session = self._open(role, path, branched, "branched " + ",".join(slots.values()))
+        return {shape: ShapeBranch(session, index, len(slots)) for index, shape in enumerate(slots)}
 
     def _open(self, role: str, path: Path, model: bytes | None, slot: str = "") -> ModelSession:
         """A session of one role on `model` (graph_at_load's graph, None: the file), recorded by role.

@@ -22,6 +22,7 @@ from appliance.engines.ppocr_onnx.shapes import choose_width
 from appliance.errors import ModelError
 
 _HEIGHT = 48
+_BEST_AND_SPACE = (*BEST_OUTPUTS, SPACE_OUTPUT)
 # PP-OCRv5's training width; narrower batches are padded to it. Measured on the first 20
 # receipts (geo-ordered CER): padding only to 160 px gives 6.22%, to 64 px 6.34%, against 6.08%
 # here, so the extra context is worth its cost in time.
@@ -128,6 +129,7 @@ class TextRecognizer:
         pool: Executor | None = None,
         kept: list[int] | None = None,
         widths: Mapping[int, ModelSession] | None = None,
+        classes: int | None = None,
     ) -> None:
         """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads).
 
@@ -135,6 +137,7 @@ class TextRecognizer:
         `widths`: one session per fixed batch width (shapes.py); each line goes to the narrowest
         width that holds it and every batch is filled up to `batch_size` rows with blank ones,
         whose reads are dropped. None: `session` runs batches of any shape.
+        `classes`: the head's class count, for a graph that answers only its best class per step.
         """
         self._session = session
         self._widths = dict(sorted(widths.items())) if widths else None
@@ -144,9 +147,15 @@ class TextRecognizer:
         # A graph with best_class.append_best_class's outputs hands back one class per step.
         self._best = has_best_class([output.name for output in session.get_outputs()])
         self._batch_size = batch_size
-        classes = session.get_outputs()[0].shape[-1]
-        if not isinstance(classes, int):
-            classes = self._probe_classes()
+        probabilities = [output for output in session.get_outputs() if output.name not in _BEST_AND_SPACE]
+        head = probabilities[0].shape[-1] if probabilities else classes
+        if not isinstance(head, int):
+            if not probabilities:
+                raise ValueError(
+                    "a recogniser that answers only its best class per step needs its class count"
+                )
+            head = self._probe_classes()
+        classes = head
         self._keys = align_keys(keys, classes, "the dictionary", kept)
         # The space class (PP-OCR heads put it last); None for a head cut to a charset without one.
         spaces = [index for index, key in enumerate(self._keys) if key == " "]
