@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import queue
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -232,10 +235,21 @@ def _run_job(reader: JobReader, request: JobRequest, stop: threading.Event, link
 
 
 def worker_main(
-    connection: Connection, engine_factory: EngineFactory, rasterize: RasterizeConfig, per_worker: int = 0
+    connection: Connection,
+    engine_factory: EngineFactory,
+    rasterize: RasterizeConfig,
+    per_worker: int = 0,
+    scratch: str | None = None,
 ) -> None:
-    """Body of a worker process: load the engine, then read the jobs the daemon sends until told to stop."""
+    """Body of a worker process: load the engine, then read the jobs the daemon sends until told to stop.
+
+    `scratch`: the folder its temporary files go to (Python's tempfile and TMPDIR), which the
+    daemon removes once the process has ended, however it ended.
+    """
     die_with_parent()
+    if scratch is not None:
+        os.environ["TMPDIR"] = scratch
+        tempfile.tempdir = scratch
     stop = threading.Event()
     # Ctrl-C reaches the whole process group; only the daemon decides when a worker stops. SIGTERM
     # from the daemon asks for a stop between pages.
@@ -283,6 +297,9 @@ class Worker:
         self._per_worker = per_worker
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
+        # The process's temporary files (a document's review PNGs while it is read, ...): a worker
+        # killed mid-document never removes its own, so the daemon removes the folder.
+        self._scratch: Path | None = None
         # The jobs it is reading, in the order they were sent: job id -> when it was sent.
         self.jobs: dict[str, float] = {}
         self.capacity = 1  # jobs it reads at once, as the worker said when ready
@@ -295,10 +312,12 @@ class Worker:
 
     def start(self, timeout: float = 300.0) -> None:
         """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
+        self._remove_scratch()  # a worker that died idle is started again without a kill
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
         parent, child = _CONTEXT.Pipe()
         process = _CONTEXT.Process(
             target=worker_main,
-            args=(child, self._factory, self._rasterize, self._per_worker),
+            args=(child, self._factory, self._rasterize, self._per_worker, str(self._scratch)),
             name=self.name,
             daemon=True,
         )
@@ -413,3 +432,15 @@ class Worker:
             self._connection.close()
         self._connection = None
         self.jobs = {}
+        if self._process is None or not self._process.is_alive():
+            self._remove_scratch()
+
+    @property
+    def scratch(self) -> Path | None:
+        """The folder of the process's temporary files, while it has one."""
+        return self._scratch
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

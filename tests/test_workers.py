@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from appliance import workers
+from appliance.config import RasterizeConfig
 from appliance.errors import DocumentError, FailureReason
 from appliance.journal import Job, JobState
 from appliance.workers import JobRequest
-from tests.fakes.engines import GatedFaultEngine
+from tests.fakes.engines import GatedFaultEngine, hanging_engine
 from tests.polling import DaemonThread, png_bytes, wait_for
 from tests.test_daemon import _config
 
@@ -153,3 +154,26 @@ def test_an_outcome_that_cannot_be_sent_comes_back_as_a_failure_of_its_job() -> 
     assert isinstance(outcome, workers.JobOutcome) and outcome.job_id == "job-1"
     assert outcome.failure is FailureReason.INTERNAL
     assert "cannot pickle" in outcome.message
+
+
+def test_a_worker_killed_mid_document_leaves_no_temporary_files_behind(tmp_path: Path) -> None:
+    """A document's review images wait in the worker's temporary folder while it is read; a worker
+    killed then (a timeout, a crash) never removes them itself, so the daemon's handle does."""
+    worker = workers.Worker("ocr-worker-scratch", hanging_engine, RasterizeConfig())
+    worker.start(timeout=120)
+    try:
+        scratch = worker.scratch
+        assert scratch is not None and scratch.is_dir()
+        blue = tmp_path / "blue.png"
+        blue.write_bytes(png_bytes("blue"))
+        review = tmp_path / "review"
+        request = JobRequest(
+            "job-1", str(blue), str(blue), str(tmp_path / "out"), "blue", ("json",), review_dir=str(review)
+        )
+        worker.submit(request)
+        # The page's review image is kept there while the engine reads (and hangs on) the page.
+        assert wait_for(lambda: any(scratch.rglob("*.png")), timeout=60)
+    finally:
+        worker.kill()
+    assert not scratch.exists()
+    assert worker.scratch is None
