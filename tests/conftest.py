@@ -27,6 +27,7 @@ REAL_MODEL_MODULES = frozenset(
         "test_engine_model_sets",
         "test_engine_ppocr_onnx",
         "test_engine_precision",
+        "test_gpu_memory_steps",
         "test_offline",
         "test_session_server",
     }

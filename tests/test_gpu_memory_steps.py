@@ -1,0 +1,41 @@
+"""bench.gpu_memory_steps: a step for each session the engine opens and for each one's first run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _steps(*options: str) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_memory_steps", *options],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    steps: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])["steps"]
+    return steps
+
+
+def test_small_sessions_are_each_marked_when_created_and_after_their_run() -> None:
+    names = [step["step"] for step in _steps("--tiny", "2", "--provider", "cpu")]
+    assert names == ["start", "tiny 1 created", "tiny 1 ran", "tiny 2 created", "tiny 2 ran"]
+
+
+def test_every_session_of_the_engine_is_marked_created_and_warmed() -> None:
+    steps = _steps("--variant", "fp32+provider=cpu+fixed_shapes=on+det_limit_side_len=640")
+    names = [str(step["step"]) for step in steps]
+    created = [name for name in names if name.endswith(" created")]
+    warmed = [name for name in names if name.endswith(" first run")]
+    assert len(created) == 5 + 4 + 1  # detector buckets, line widths, orientation: a session each
+    assert sorted(name.removesuffix(" first run") for name in warmed) == sorted(
+        name.removesuffix(" created") for name in created
+    )
+    assert names[0] == "start" and names[-1] == "engine loaded"
