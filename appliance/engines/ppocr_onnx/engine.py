@@ -232,6 +232,7 @@ class PpocrOnnxEngine:
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
         rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width
+        branched = self._fixed and config.shape_sessions == "one"
         buckets = self._open_shapes(
             "det", paths["det"], graphs["det"], {size: f"{size[0]}x{size[1]}" for size in det_sizes}
         )
@@ -268,7 +269,8 @@ class PpocrOnnxEngine:
             pool=self._pool,
             kept=kept,
             widths=by_width or None,
-            classes=head_classes(graphs["rec"] or paths["rec"]) if self._fixed else None,
+            # A branched recogniser keeps only the best-class outputs: the head's size from its graph.
+            classes=head_classes(graphs["rec"] or paths["rec"]) if branched else None,
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
@@ -328,8 +330,8 @@ class PpocrOnnxEngine:
         """A session for each fixed shape of one role: copies of one branched session, or one each.
 
         With engine.ppocr_onnx.shape_sessions `one` the shapes share one session (shape_branches.py)
-        whose graph keeps only `outputs` (None: all), so the CUDA provider's per-session memory is
-        paid once, not once per shape.
+        whose graph keeps only `outputs` (None: all), to pay the CUDA provider's per-session memory
+        once rather than once per shape (which saved less than hoped: see that module).
         """
         if self._config.shape_sessions == "per_shape" or len(slots) < 2:
             return {shape: self._open(role, path, model, slot) for shape, slot in slots.items()}
