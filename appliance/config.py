@@ -133,7 +133,8 @@ class PpocrOnnxConfig(_Strict):
     # model's shapes share one session, its graph copied once per shape behind If nodes
     # (engines/ppocr_onnx/shape_branches.py). On an H200 `one` took the session server from 4,243
     # to 3,967 MiB at 8 workers but read 13% fewer pages a second, and one process reading alone
-    # peaked higher (4,675 against 3,925 MiB): bench/README.md, "Where the card's memory goes".
+    # peaked higher (4,675 against 3,925 MiB): bench/README.md, "The daemon itself, and where the
+    # card's memory goes".
     shape_sessions: Literal["one", "per_shape"] = "per_shape"
     # Cap of the CUDA memory arena in MiB: with gpu_arena `shared` the process's one arena, which
     # every session draws on; with `per_session` each session's own (one per fixed shape and role).

@@ -4,18 +4,19 @@ Under fixed shapes (shapes.py) every detector bucket and line width gets a sessi
 that no session's convolutions ever see a second shape. On the CUDA provider each session costs
 about 150 MiB of the card whatever its model, measured with bench.gpu_memory_steps on an H200: 74
 MiB when it is created and as much again at its first run, for a model of one convolution and one
-matrix product as for PP-OCRv6's; the engine's ten sessions are about 1.5 GB of its 3.2 GB. What the shapes need apart is only the nodes' own state (cuDNN's plans are kept per
-node), so with engine.ppocr_onnx.shape_sessions `one` a graph holds a copy of the model's nodes and
-weights per shape and bool inputs pick the copy through a chain of If nodes: one session, and each
-copy's nodes still see one shape only. The conditions are inputs the caller feeds from the host
+matrix product as for PP-OCRv6's; the engine's ten sessions are about 1.5 GB of its 3.2 GB. What
+the shapes need apart is only the nodes' own state (cuDNN's plans are kept per node), so with
+engine.ppocr_onnx.shape_sessions `one` a graph holds a copy of the model's nodes and weights per
+shape and bool inputs pick the copy through a chain of If nodes: one session, and each copy's
+nodes still see one shape only. The conditions are inputs the caller feeds from the host
 (branch_feeds), so choosing a copy costs no device work.
 
 Measured on the H200, it saves less than hoped: onnxruntime gives each If branch (a subgraph with
 state of its own) about what it gave each session, so the engine held 3,176 MiB after loading
 against 3,172 with a session per shape; with eight workers through the session server the card
 held 3,967 MiB against 4,243 at 13% fewer pages a second; one process reading alone peaked at
-4,675 against 3,925 MiB. A session per shape stays the default (bench/README.md, "Where the card's
-memory goes").
+4,675 against 3,925 MiB. A session per shape stays the default (bench/README.md, "The daemon
+itself, and where the card's memory goes").
 """
 
 from __future__ import annotations
