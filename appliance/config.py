@@ -129,6 +129,13 @@ class PpocrOnnxConfig(_Strict):
     # null: shapes.py's 640, 1280, 3200. More widths are less padding (docs_zh 0.84% CER with eight
     # against 0.93%) and more sessions, each about 210 MiB of the card (bench/README.md).
     fixed_line_widths: tuple[StrictInt, ...] | None = Field(default=None, min_length=1)
+    # The detector's page sizes under fixed shapes: the short side as shares of det_limit_side_len,
+    # each a size both ways (a session each), with the square always; null: shapes.py's 0.5, 0.75, 1.0
+    # (five sessions). Fewer shares are fewer sessions, each about 150 MiB of the card on CUDA, and
+    # more padding for the pages between them (not yet measured on a GPU).
+    fixed_detector_shares: tuple[Annotated[float, Field(gt=0, le=1)], ...] | None = Field(
+        default=None, min_length=1
+    )
     # Under fixed shapes, `per_shape`: a session for each detector bucket and line width; `one`: a
     # model's shapes share one session, its graph copied once per shape behind If nodes
     # (engines/ppocr_onnx/shape_branches.py). On an H200 `one` took the session server from 4,243

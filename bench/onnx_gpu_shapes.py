@@ -13,7 +13,8 @@ all workers, mean ms of each stage, and the peak of nvidia-smi's memory.used for
 every 0.2 s from before the first load to the end (the processes' CUDA contexts included). Without
 `--full` a worker runs the engine alone on decoded images; with it, the whole pipeline a job runs
 (DocumentProcessor: rasterize, preprocess, engine, layout). `--variant` is bench.ocr_bench's spec
-(default `fp32+provider=cuda`); `--widths 320,640` sets engine.ppocr_onnx.fixed_line_widths;
+(default `fp32+provider=cuda`); `--widths 320,640` sets engine.ppocr_onnx.fixed_line_widths
+and `--det-shares 0.5,1.0` fixed_detector_shares;
 `--cuda-option` sets a CUDA provider option for every session (`cudnn_conv_use_max_workspace=0`);
 `--no-best-class` runs the recogniser without the TopK of best_class.py; `--cuda-graph` also times
 one recogniser shape with and without onnxruntime's CUDA graph, afterwards, in this process.
@@ -112,6 +113,8 @@ def _engine_config(args: argparse.Namespace) -> Any:
     update: dict[str, Any] = {}
     if args.widths:
         update["fixed_line_widths"] = tuple(int(width) for width in args.widths.split(","))
+    if args.det_shares:
+        update["fixed_detector_shares"] = tuple(float(share) for share in args.det_shares.split(","))
     if args.socket:
         update["session_server"] = Path(args.socket)
     if update:
@@ -215,6 +218,7 @@ def main() -> None:
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--variant", default="fp32+provider=cuda")
     parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 320,640,1280,3200")
+    parser.add_argument("--det-shares", help="engine.ppocr_onnx.fixed_detector_shares, e.g. 0.5,1.0")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="pages in flight in each worker process")
     parser.add_argument("--full", action="store_true", help="the whole pipeline, not the engine alone")

@@ -8,6 +8,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from appliance.config import PpocrOnnxConfig
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
@@ -73,6 +74,30 @@ def test_detector_buckets_pad_the_short_side_only() -> None:
     )
     # A limit that is not a multiple of 32: the largest side is what the detector's resize can reach.
     assert max(max(size) for size in detector_buckets(1000)) == 1024
+
+
+def test_fewer_detector_shares_give_fewer_buckets_and_always_the_square() -> None:
+    assert detector_buckets(1280, (0.5,)) == ((640, 1280), (1280, 640), (1280, 1280))
+    assert detector_buckets(1280, (0.5, 1.0)) == detector_buckets(1280, (0.5,))
+    # Every page the detector's resize can give still fits a bucket.
+    for height, width in ((1280, 700), (700, 1280), (1280, 1280), (300, 1280)):
+        assert choose_bucket(height, width, detector_buckets(1280, (0.5,))) in detector_buckets(1280, (0.5,))
+    with pytest.raises(ValidationError):
+        PpocrOnnxConfig(fixed_detector_shares=(0.0, 1.0))
+    with pytest.raises(ValidationError):
+        PpocrOnnxConfig(fixed_detector_shares=(1.5,))
+
+
+def test_the_engine_opens_a_detector_session_per_configured_bucket() -> None:
+    config = PpocrOnnxConfig(
+        provider="cpu", fixed_shapes="on", det_limit_side_len=640, fixed_detector_shares=(0.5,)
+    )
+    engine = PpocrOnnxEngine(config)
+    try:
+        assert sorted(engine._detector._buckets or {}) == sorted(detector_buckets(640, (0.5,)))
+        assert engine.recognize(rendering.receipt().bgr()).lines
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize(

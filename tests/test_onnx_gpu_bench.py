@@ -77,3 +77,16 @@ def test_a_worker_that_fails_to_load_ends_the_run_with_its_error(pages: Path) ->
     assert done.returncode != 0
     assert "no CUDA provider" in done.stderr
     assert "a worker process failed" in done.stderr
+
+
+def test_widths_and_detector_shares_reach_the_engine_config() -> None:
+    import argparse
+
+    from bench.onnx_gpu_shapes import _engine_config
+
+    args = argparse.Namespace(
+        variant="fp32+provider=cpu", widths="320,1280", det_shares="0.5,1.0", socket=None
+    )
+    config = _engine_config(args).ppocr_onnx
+    assert config.fixed_line_widths == (320, 1280)
+    assert config.fixed_detector_shares == (0.5, 1.0)

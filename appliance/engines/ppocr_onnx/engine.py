@@ -228,7 +228,9 @@ class PpocrOnnxEngine:
         self._kept, self._classes = kept, len(keys)
         self._fixed = fixed_shapes(config)
         # Under fixed shapes: one session per detector bucket and per line width (shapes.py).
-        det_sizes = detector_buckets(config.det_limit_side_len) if self._fixed else ()
+        det_sizes = (
+            detector_buckets(config.det_limit_side_len, config.fixed_detector_shares) if self._fixed else ()
+        )
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
         rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width

@@ -34,14 +34,18 @@ def _multiple_of_32(value: float) -> int:
     return max(32, math.ceil(value / 32) * 32)
 
 
-def detector_buckets(limit_side_len: int) -> tuple[tuple[int, int], ...]:
+def detector_buckets(
+    limit_side_len: int, shares: Sequence[float] | None = None
+) -> tuple[tuple[int, int], ...]:
     """The (height, width) sizes a detector input is padded to, smallest area first.
 
     The largest side is the limit rounded up to a multiple of 32, the most the detector's resize
-    can produce, so every resized page fits a bucket.
+    can produce, so every resized page fits a bucket. `shares`: the short sides as shares of the
+    limit (None: DET_SHORT_SHARES); 1.0 is always among them, so that a square page fits.
     """
     full = _multiple_of_32(limit_side_len)
-    shorts = sorted({_multiple_of_32(limit_side_len * share) for share in DET_SHORT_SHARES})
+    chosen = {*(DET_SHORT_SHARES if shares is None else shares), 1.0}
+    shorts = sorted({_multiple_of_32(limit_side_len * share) for share in chosen})
     sizes = {(full, short) for short in shorts} | {(short, full) for short in shorts}
     return tuple(sorted(sizes, key=lambda size: (size[0] * size[1], size)))
 
