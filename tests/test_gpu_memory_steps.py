@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.bench_runs import last_json, run_bench
 
 
 def _steps(*options: str) -> list[dict[str, object]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_memory_steps", *options],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    steps: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])["steps"]
+    steps: list[dict[str, object]] = last_json(run_bench("gpu_memory_steps", *options))["steps"]
     return steps
 
 

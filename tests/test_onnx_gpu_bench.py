@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -12,19 +11,13 @@ import onnxruntime as ort
 import pytest
 
 from tests import rendering
+from tests.bench_runs import run_bench
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _bench(folder: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.onnx_gpu_shapes", *options, str(folder)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_bench("onnx_gpu_shapes", *options, str(folder))
 
 
 @pytest.fixture
@@ -78,15 +71,3 @@ def test_a_worker_that_fails_to_load_ends_the_run_with_its_error(pages: Path) ->
     assert "no CUDA provider" in done.stderr
     assert "a worker process failed" in done.stderr
 
-
-def test_widths_and_detector_shares_reach_the_engine_config() -> None:
-    import argparse
-
-    from bench.onnx_gpu_shapes import _engine_config
-
-    args = argparse.Namespace(
-        variant="fp32+provider=cpu", widths="320,1280", det_shares="0.5,1.0", socket=None
-    )
-    config = _engine_config(args).ppocr_onnx
-    assert config.fixed_line_widths == (320, 1280)
-    assert config.fixed_detector_shares == (0.5, 1.0)
