@@ -70,4 +70,3 @@ def test_a_worker_that_fails_to_load_ends_the_run_with_its_error(pages: Path) ->
     assert done.returncode != 0
     assert "no CUDA provider" in done.stderr
     assert "a worker process failed" in done.stderr
-
