@@ -28,11 +28,12 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from pathlib import Path
 from typing import Any
+
+from bench.gpu_memory import MemorySampler, gpu_memory_mib
 
 _SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 _FINAL = ("done", "review", "failed")
@@ -101,42 +102,6 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
     return json.dumps(config, indent=1)  # JSON is YAML
 
 
-class GpuMemory:
-    """Samples the GPU's used memory with nvidia-smi every half second; nothing without one."""
-
-    def __init__(self) -> None:
-        self.tool = shutil.which("nvidia-smi")
-        self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def used_mib(self) -> int | None:
-        if self.tool is None:
-            return None
-        answer = subprocess.run(
-            [self.tool, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return int(answer.stdout.split()[0]) if answer.returncode == 0 and answer.stdout.strip() else None
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.5):
-            used = self.used_mib()
-            if used is not None:
-                self.samples.append(used)
-
-    def start(self) -> None:
-        if self.tool is not None:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-
 def journal_rows(journal: Path) -> list[tuple[str, float, float, int, bool]]:
     """(state, created_at, updated_at, attempts, issued as a duplicate) of each job; [] before any."""
     if not journal.exists():
@@ -173,9 +138,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     pages = len(images) * args.copies
     config = root / "config.yaml"
     config.write_text(config_text(root, args), encoding="utf-8")
-    gpu = GpuMemory()
-    before = gpu.used_mib()
-    gpu.start()
+    before = gpu_memory_mib()
+    sampler = MemorySampler(period=0.5)
+    sampler.start()
     log = root / "daemon.log"
     launched = time.time()
     with log.open("wb") as handle:
@@ -197,7 +162,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
-        gpu.stop()
+        peak = sampler.stop()
     rows = journal_rows(journal)
     finished = [row for row in rows if row[0] in _FINAL]
     states = {state: sum(1 for row in rows if row[0] == state) for state in sorted({row[0] for row in rows})}
@@ -222,9 +187,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         report["load_s"] = round(first_claim - launched, 1)
         report["span_s"] = round(span, 2)
         report["pages_per_s"] = round(len(finished) / span, 2) if span > 0 else None
-    if gpu.samples:
+    if peak is not None:
         report["gpu_mib_before"] = before
-        report["gpu_mib_peak"] = max(gpu.samples)
+        report["gpu_mib_peak"] = peak
     if not args.keep and report["complete"]:
         shutil.rmtree(root, ignore_errors=True)
         report["scratch"] = None

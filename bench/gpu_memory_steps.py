@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.gpu_memory import process_gpu_mib
 
 _SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff"}
 
@@ -32,26 +32,10 @@ class Steps:
     """The GPU memory of this process, read by nvidia-smi at each named step."""
 
     def __init__(self) -> None:
-        self.tool = shutil.which("nvidia-smi")
         self.rows: list[dict[str, Any]] = []
 
-    def used_mib(self) -> int | None:
-        if self.tool is None:
-            return None
-        answer = subprocess.run(
-            [self.tool, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        for line in answer.stdout.splitlines():
-            pid, _, used = line.partition(",")
-            if pid.strip() == str(os.getpid()):
-                return int(used.strip())
-        return 0  # no context yet: the process holds nothing on the card
-
     def mark(self, step: str) -> None:
-        used = self.used_mib()
+        used = process_gpu_mib(os.getpid())
         before = self.rows[-1]["mib"] if self.rows else 0
         grew = used - before if used is not None and before is not None else None
         self.rows.append({"step": step, "mib": used, "grew": grew})

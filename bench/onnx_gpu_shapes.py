@@ -27,9 +27,7 @@ import json
 import multiprocessing as mp
 import queue
 import statistics
-import subprocess
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,21 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.gpu_memory import MemorySampler, gpu_memory_mib
+
 _SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
-
-
-def gpu_memory_mib() -> int | None:
-    """memory.used of GPU 0 as nvidia-smi reports it (the whole card), or None without nvidia-smi."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return int(out.split()[0])
 
 
 def time_cuda_graph(path: Path, shape: tuple[int, ...], runs: int = 50) -> dict[str, float]:
@@ -81,28 +67,6 @@ def time_cuda_graph(path: Path, shape: tuple[int, ...], runs: int = 50) -> dict[
             binding.copy_outputs_to_cpu()
         result[f"cuda_graph_{graph}_ms"] = (time.perf_counter() - started) * 1000 / runs
     return result
-
-
-class MemorySampler(threading.Thread):
-    """The highest memory.used nvidia-smi reports while it runs, sampled every `period` seconds."""
-
-    def __init__(self, period: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.period = period
-        self.peak: int | None = None
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            used = gpu_memory_mib()
-            if used is not None:
-                self.peak = used if self.peak is None else max(self.peak, used)
-            self._halt.wait(self.period)
-
-    def stop(self) -> int | None:
-        self._halt.set()
-        self.join()
-        return self.peak
 
 
 def _engine_config(args: argparse.Namespace) -> Any:
