@@ -234,7 +234,6 @@ class PpocrOnnxEngine:
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
         rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width
-        branched = self._fixed and config.shape_sessions == "one"
         buckets = self._open_shapes(
             "det", paths["det"], graphs["det"], {size: f"{size[0]}x{size[1]}" for size in det_sizes}
         )
@@ -272,7 +271,7 @@ class PpocrOnnxEngine:
             kept=kept,
             widths=by_width or None,
             # A branched recogniser keeps only the best-class outputs: the head's size from its graph.
-            classes=head_classes(graphs["rec"] or paths["rec"]) if branched else None,
+            classes=head_classes(graphs["rec"] or paths["rec"]) if self._one_session(len(widths)) else None,
         )
         self._orientation: LineOrientation | None = None
         if config.use_line_orientation:
@@ -321,6 +320,10 @@ class PpocrOnnxEngine:
         log.info("%d fixed-shape sessions warmed in %.0f ms", len(runs), elapsed)
         return elapsed
 
+    def _one_session(self, shapes: int) -> bool:
+        """Whether a role's `shapes` fixed shapes share one branched session (shape_sessions `one`)."""
+        return self._config.shape_sessions == "one" and shapes > 1
+
     def _open_shapes(
         self,
         role: str,
@@ -335,7 +338,7 @@ class PpocrOnnxEngine:
         whose graph keeps only `outputs` (None: all), to pay the CUDA provider's per-session memory
         once rather than once per shape (which saved less than hoped: see that module).
         """
-        if self._config.shape_sessions == "per_shape" or len(slots) < 2:
+        if not self._one_session(len(slots)):
             return {shape: self._open(role, path, model, slot) for shape, slot in slots.items()}
         try:
             branched = branched_model(model or path, len(slots), outputs)
