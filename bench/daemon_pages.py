@@ -1,9 +1,9 @@
 """Pages a second through the whole daemon: its hot folder, workers, session server and outputs.
 
 Usage:
-    python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--session-server auto|on|off]
-        [--runners N] [--gpu-mem-limit-mb N] [--formats json,text] [--copies N] [--timeout S]
-        DATA_DIR [DATA_DIR ...]
+    python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--preset auto|accurate|fast]
+        [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
+        [--det-shares S,S] [--formats json,text] [--copies N] [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
 folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
@@ -68,9 +68,13 @@ def distinct_copy(data: bytes, suffix: str, copy: int) -> bytes:
 
 def config_text(root: Path, args: argparse.Namespace) -> str:
     """The scratch appliance's configuration: one hot folder, the engine and workers asked for."""
-    onnx: dict[str, Any] = {"provider": args.provider}
+    onnx: dict[str, Any] = {"provider": args.provider, "preset": args.preset}
     if args.gpu_mem_limit_mb:
         onnx["gpu_mem_limit_mb"] = args.gpu_mem_limit_mb
+    if args.widths:
+        onnx["fixed_line_widths"] = [int(width) for width in args.widths.split(",")]
+    if args.det_shares:
+        onnx["fixed_detector_shares"] = [float(share) for share in args.det_shares.split(",")]
     engine = {"name": "ppocr_onnx", "ppocr_onnx": onnx}
     config: dict[str, Any] = {
         "version": 1,
@@ -170,9 +174,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "pages": pages,
         "workers": args.workers,
         "provider": args.provider,
+        "preset": args.preset,
         "session_server": args.session_server,
         "runners": args.runners,
         "gpu_mem_limit_mb": args.gpu_mem_limit_mb,
+        "widths": args.widths,
+        "det_shares": args.det_shares,
         "states": states,
         "retried": sum(1 for row in rows if row[3] > 1),
         "duplicates": sum(1 for row in rows if row[4]),  # results issued without a read
@@ -209,6 +216,9 @@ def main() -> None:
     parser.add_argument(
         "--gpu-mem-limit-mb", type=int, default=0, help="the ONNX arena's cap (0: the default)"
     )
+    parser.add_argument("--preset", choices=["auto", "accurate", "fast"], default="auto")
+    parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 640,1280,3200")
+    parser.add_argument("--det-shares", help="engine.ppocr_onnx.fixed_detector_shares, e.g. 0.5")
     parser.add_argument(
         "--formats", default="", help="output formats, comma-separated (default: the config's)"
     )
