@@ -2,7 +2,7 @@
 
 Usage (on a machine with an NVIDIA GPU and onnxruntime-gpu):
     python -m bench.gpu_memory_steps [--variant fp32+provider=cuda] [--pages N DATA_DIR ...]
-    python -m bench.gpu_memory_steps --tiny N
+    python -m bench.gpu_memory_steps --tiny N [--shared-arena] [--cuda-option KEY=VALUE ...]
 
 The first form builds the engine as the daemon does, with every session it opens wrapped so that
 the process's GPU memory (`nvidia-smi --query-compute-apps`, this process's row) is read after the
@@ -63,13 +63,21 @@ def tiny_model() -> bytes:
     return bytes(model.SerializeToString())
 
 
-def tiny_sessions(count: int, provider: str, steps: Steps) -> None:
+def tiny_sessions(
+    count: int, provider: str, steps: Steps, cuda_options: dict[str, str], shared_arena: bool
+) -> None:
     from appliance.engines.ppocr_onnx.sessions import create_session
 
     model = tiny_model()
     kept = []  # every session stays open, as the engine's do
     for index in range(count):
-        session, _ = create_session(Path("tiny.onnx"), provider, model=model)  # type: ignore[arg-type]
+        session, _ = create_session(
+            Path("tiny.onnx"),
+            provider,  # type: ignore[arg-type]
+            model=model,
+            cuda_options=cuda_options,
+            shared_arena=shared_arena,
+        )
         steps.mark(f"tiny {index + 1} created")
         session.run(None, {"x": np.zeros((1, 3, 64, 64), dtype=np.float32)})
         steps.mark(f"tiny {index + 1} ran")
@@ -123,18 +131,32 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=0, help="pages of the DATA_DIRs read after loading")
     parser.add_argument("--tiny", type=int, default=0, help="open this many small sessions instead")
     parser.add_argument("--provider", default="cuda", help="the small sessions' provider")
+    parser.add_argument(
+        "--cuda-option", action="append", default=[], help="the small sessions' CUDA provider KEY=VALUE"
+    )
+    parser.add_argument(
+        "--shared-arena", action="store_true", help="the small sessions draw on one arena, as the engine's do"
+    )
     args = parser.parse_args()
     steps = Steps()
     if args.tiny:
         steps.mark("start")
-        tiny_sessions(args.tiny, args.provider, steps)
+        options = dict(item.split("=", 1) for item in args.cuda_option)
+        tiny_sessions(args.tiny, args.provider, steps, options, args.shared_arena)
     else:
         pages: list[Path] = []
         for folder in args.data:
             images = folder / "images" if (folder / "images").is_dir() else folder
             pages += sorted(path for path in images.iterdir() if path.suffix.lower() in _SUFFIXES)
         engine_sessions(args.variant, pages[: args.pages], steps)
-    print(json.dumps({"variant": None if args.tiny else args.variant, "steps": steps.rows}))
+    report = {"variant": None if args.tiny else args.variant, "steps": steps.rows}
+    if args.tiny:
+        report["cuda_options"] = args.cuda_option
+        report["shared_arena"] = args.shared_arena
+        report["env"] = {
+            key: os.environ.get(key) for key in ("CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING")
+        }
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

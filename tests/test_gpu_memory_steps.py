@@ -11,8 +11,12 @@ def _steps(*options: str) -> list[dict[str, object]]:
 
 
 def test_small_sessions_are_each_marked_when_created_and_after_their_run() -> None:
-    names = [step["step"] for step in _steps("--tiny", "2", "--provider", "cpu")]
+    options = ("--cuda-option", "cudnn_conv_use_max_workspace=0", "--shared-arena")
+    report = last_json(run_bench("gpu_memory_steps", "--tiny", "2", "--provider", "cpu", *options))
+    names = [step["step"] for step in report["steps"]]
     assert names == ["start", "tiny 1 created", "tiny 1 ran", "tiny 2 created", "tiny 2 ran"]
+    # the CUDA settings asked for are reported with the figures (the CPU provider ignores them)
+    assert report["cuda_options"] == ["cudnn_conv_use_max_workspace=0"] and report["shared_arena"]
 
 
 def test_every_session_of_the_engine_is_marked_created_and_warmed() -> None:
