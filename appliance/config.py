@@ -153,6 +153,13 @@ class PpocrOnnxConfig(_Strict):
     session_server: Path | None = None
     # How cuDNN picks a convolution's algorithm on the CUDA provider (paid once per fixed shape).
     cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
+    # cuBLAS's workspace buffers (its CUBLAS_WORKSPACE_CONFIG, `:KiB:COUNT` pairs), set in the
+    # process that opens CUDA sessions unless its environment already sets the variable. Every
+    # CUDA session has its own cuBLAS handles: on an H200 `:4096:8` kept 64 MiB less of the card
+    # per session than cuBLAS's default, at the same pages a second and with the same text (the
+    # daemon at 8 workers 3,177 MiB against 4,141: bench/README.md, "cuBLAS's workspace, fewer
+    # sessions, every profile"). null: cuBLAS's default.
+    cublas_workspace_config: str | None = Field(default=":4096:8", pattern=r"^(:[0-9]+:[0-9]+)+$")
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
     # Latin-1 and common typographic signs) or a UTF-8 file listing them. The other classes are
     # cut from the recogniser's head at load (engines/ppocr_onnx/charset.py).

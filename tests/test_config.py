@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from appliance.config import AppConfig, load_config, parse_config
+from appliance.config import AppConfig, PpocrOnnxConfig, load_config, parse_config
 from appliance.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,3 +104,14 @@ def test_a_bare_yaml_on_or_off_is_refused_with_what_to_write(tmp_path: Path) -> 
         load_config(path)
     path.write_text('engine:\n  ppocr_onnx:\n    fixed_shapes: "off"\n', encoding="utf-8")
     assert load_config(path).engine.ppocr_onnx.fixed_shapes == "off"
+
+
+@pytest.mark.parametrize("value", [":4096:8", ":4096:2:16:8", None])
+def test_cublas_workspace_settings_in_cublas_form_are_taken(value: str | None) -> None:
+    assert PpocrOnnxConfig(cublas_workspace_config=value).cublas_workspace_config == value
+
+
+@pytest.mark.parametrize("value", ["4096:8", ":4096", ":4k:8", ""])
+def test_cublas_workspace_settings_not_in_cublas_form_are_refused(value: str) -> None:
+    with pytest.raises(ValidationError):
+        PpocrOnnxConfig(cublas_workspace_config=value)

@@ -12,6 +12,7 @@ import pytest
 from appliance.config import PpocrOnnxConfig
 from appliance.engines.base import parallel_reads
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.ppocr_onnx import engine as engine_module
 from appliance.engines.ppocr_onnx.engine import pages_in_flight
 from appliance.pipeline.layout import order_page
 from tests import rendering
@@ -109,6 +110,22 @@ def test_thread_counts_are_configurable(threads: int) -> None:
     # ... and reading still works with it.
     page = rendering.receipt()
     assert cer(_read(engine, page.bgr()), page.text) <= RECEIPT_CER_BOUND
+
+
+@pytest.mark.parametrize("setting", [":16:8", None])
+def test_the_cublas_workspace_setting_reaches_every_session(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None
+) -> None:
+    asked: list[str | None] = []
+    real = engine_module.create_session
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["cublas_workspace"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "create_session", recording)
+    PpocrOnnxEngine(PpocrOnnxConfig(provider="cpu", cublas_workspace_config=setting)).close()
+    assert len(asked) == 3 and set(asked) == {setting}  # detector, orientation, recogniser
 
 
 class _ThreadRecorder:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,14 @@ from appliance.engines.ppocr_onnx.cuda_driver import (
     read_driver_version,
 )
 from appliance.engines.ppocr_onnx.provider_check import check_cuda, smallest_model
-from appliance.engines.ppocr_onnx.sessions import CPU, CUDA, create_session, probe_provider
+from appliance.engines.ppocr_onnx.sessions import (
+    CPU,
+    CUBLAS_WORKSPACE_VARIABLE,
+    CUDA,
+    apply_cublas_workspace,
+    create_session,
+    probe_provider,
+)
 from appliance.errors import ExitCode, ProviderError
 
 MODEL = default_model_dir() / "ppocrv5_cls.onnx"
@@ -136,6 +144,9 @@ def gpu_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(sessions, "read_driver_version", lambda: DriverVersion(580, 159, 4))
     monkeypatch.setattr(cuda_driver, "_query_smi", lambda: "580.159.04\n")
     monkeypatch.setattr(cuda_driver, "PROC_VERSION", Path("/nonexistent/nvidia/version"))
+    # A CUDA session sets cuBLAS's workspace variable in this process: restored after the test.
+    monkeypatch.setenv(CUBLAS_WORKSPACE_VARIABLE, "unset")
+    monkeypatch.delenv(CUBLAS_WORKSPACE_VARIABLE)
     sessions.prepare_cuda.cache_clear()
     yield events
     sessions.prepare_cuda.cache_clear()
@@ -218,6 +229,29 @@ def test_a_session_keeps_its_own_arena_unless_asked_or_when_registration_fails(
 def test_a_cpu_session_never_registers_the_cuda_arena(arena_registrations: list[tuple[Any, ...]]) -> None:
     _, info = create_session(MODEL, "cpu", 1, 1, shared_arena=True)
     assert not arena_registrations and not info.shared_arena
+
+
+def test_a_cuda_session_sets_cublas_workspace_unless_the_environment_already_does(
+    gpu_build: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_session(MODEL, "cuda", 1, 1, cublas_workspace=":4096:8")
+    assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":4096:8"  # before the handles exist
+    monkeypatch.setenv(CUBLAS_WORKSPACE_VARIABLE, ":16:8")  # the site's own setting wins
+    create_session(MODEL, "cuda", 1, 1, cublas_workspace=":4096:8")
+    assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":16:8"
+
+
+def test_cpu_sessions_and_a_null_setting_leave_cublas_as_it_is(gpu_build: list[str]) -> None:
+    create_session(MODEL, "cpu", 1, 1, cublas_workspace=":4096:8")
+    create_session(MODEL, "cuda", 1, 1, cublas_workspace=None)
+    assert CUBLAS_WORKSPACE_VARIABLE not in os.environ
+
+
+def test_the_cublas_setting_in_effect_is_reported() -> None:
+    environ: dict[str, str] = {}
+    assert apply_cublas_workspace(None, environ) is None and not environ
+    assert apply_cublas_workspace(":4096:8", environ) == ":4096:8"
+    assert apply_cublas_workspace(":16:8", environ) == ":4096:8"  # set once; never overwritten
 
 
 def test_an_old_driver_stops_a_cuda_request_with_its_reason(

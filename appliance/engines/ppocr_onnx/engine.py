@@ -367,6 +367,7 @@ class PpocrOnnxEngine:
             "gpu_mem_limit_mb": config.gpu_mem_limit_mb,
             "cuda_options": {"cudnn_conv_algo_search": config.cudnn_conv_algo_search},
             "shared_arena": config.gpu_arena == "shared",
+            "cublas_workspace": config.cublas_workspace_config,
         }
         if config.session_server is not None:
             if self._server is None:

@@ -6,9 +6,10 @@ import contextlib
 import functools
 import io
 import logging
+import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -122,6 +123,19 @@ def prepare_cuda() -> str | None:
     return None
 
 
+# cuBLAS reads its workspace setting from the environment when a handle is created, and the CUDA
+# provider creates handles for each session: PpocrOnnxConfig.cublas_workspace_config says why.
+CUBLAS_WORKSPACE_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
+DEFAULT_CUBLAS_WORKSPACE = ":4096:8"
+
+
+def apply_cublas_workspace(value: str | None, environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """Set cuBLAS's workspace setting unless the environment has one; return the one in effect."""
+    if value is not None and CUBLAS_WORKSPACE_VARIABLE not in environ:
+        environ[CUBLAS_WORKSPACE_VARIABLE] = value
+    return environ.get(CUBLAS_WORKSPACE_VARIABLE)
+
+
 # The cap in MiB of the process's one CUDA arena, under "mb" once registered with onnxruntime.
 _shared_arena: dict[str, int] = {}
 _shared_arena_lock = threading.Lock()
@@ -182,12 +196,14 @@ def create_session(
     gpu_mem_limit_mb: int = SESSION_GPU_MEM_LIMIT_MB,
     cuda_options: Mapping[str, str] | None = None,
     shared_arena: bool = False,
+    cublas_workspace: str | None = DEFAULT_CUBLAS_WORKSPACE,
 ) -> tuple[ort.InferenceSession, SessionInfo]:
     """Open a model on the requested provider (`model`: the serialized graph to run instead of path's).
 
     `cuda_options`: CUDA provider options over CUDA_OPTIONS (e.g. cudnn_conv_algo_search).
     `shared_arena`: on CUDA, take memory from the process's one arena (register_shared_cuda_arena,
     capped at `gpu_mem_limit_mb`) instead of an arena of the session's own.
+    `cublas_workspace`: on CUDA, cuBLAS's workspace setting (apply_cublas_workspace); None: its default.
 
     onnxruntime silently drops to the CPU when the CUDA provider cannot load its libraries, so the
     provider list of the created session is checked: `cuda` then fails loudly, and `auto` records
@@ -213,6 +229,8 @@ def create_session(
         (CUDA, cuda_provider_options(gpu_mem_limit_mb, cuda_options)) if name == CUDA else name
         for name in wanted
     ]
+    if wanted[0] == CUDA:
+        apply_cublas_workspace(cublas_workspace)
     options = _session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level)
     shared = wanted[0] == CUDA and shared_arena and register_shared_cuda_arena(gpu_mem_limit_mb)
     if shared:
