@@ -234,8 +234,13 @@ def test_a_cpu_session_never_registers_the_cuda_arena(arena_registrations: list[
 def test_a_cuda_session_sets_cublas_workspace_unless_the_environment_already_does(
     gpu_build: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    seen_at_preload: list[str | None] = []
+    monkeypatch.setattr(
+        ort, "preload_dlls", lambda: seen_at_preload.append(os.environ.get(CUBLAS_WORKSPACE_VARIABLE))
+    )
     create_session(MODEL, "cuda", 1, 1, cublas_workspace=":4096:8")
-    assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":4096:8"  # before the handles exist
+    assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":4096:8"
+    assert seen_at_preload == [":4096:8"]  # set before the CUDA libraries, cuBLAS among them, load
     monkeypatch.setenv(CUBLAS_WORKSPACE_VARIABLE, ":16:8")  # the site's own setting wins
     create_session(MODEL, "cuda", 1, 1, cublas_workspace=":4096:8")
     assert os.environ[CUBLAS_WORKSPACE_VARIABLE] == ":16:8"

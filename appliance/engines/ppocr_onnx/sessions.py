@@ -220,6 +220,9 @@ def create_session(
             "provider: cpu"
         )
     wanted = [CUDA, CPU] if provider in ("cuda", "auto") and CUDA in available else [CPU]
+    if wanted[0] == CUDA:
+        # Before prepare_cuda loads the CUDA libraries, cuBLAS among them.
+        apply_cublas_workspace(cublas_workspace)
     cuda_problem = prepare_cuda() if wanted[0] == CUDA else None
     if cuda_problem is not None:
         if provider == "cuda":
@@ -229,8 +232,6 @@ def create_session(
         (CUDA, cuda_provider_options(gpu_mem_limit_mb, cuda_options)) if name == CUDA else name
         for name in wanted
     ]
-    if wanted[0] == CUDA:
-        apply_cublas_workspace(cublas_workspace)
     options = _session_options(intra_op_threads, inter_op_threads, allow_spinning, graph_level)
     shared = wanted[0] == CUDA and shared_arena and register_shared_cuda_arena(gpu_mem_limit_mb)
     if shared:
