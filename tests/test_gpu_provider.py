@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from appliance import cli
+from appliance.config import PpocrOnnxConfig
 from appliance.engines.ppocr_onnx import cuda_driver, default_model_dir, sessions
 from appliance.engines.ppocr_onnx.cuda_driver import (
     DriverVersion,
@@ -27,6 +28,7 @@ from appliance.engines.ppocr_onnx.sessions import (
     CPU,
     CUBLAS_WORKSPACE_VARIABLE,
     CUDA,
+    DEFAULT_CUBLAS_WORKSPACE,
     apply_cublas_workspace,
     create_session,
     probe_provider,
@@ -253,6 +255,7 @@ def test_cpu_sessions_and_a_null_setting_leave_cublas_as_it_is(gpu_build: list[s
 
 
 def test_the_cublas_setting_in_effect_is_reported() -> None:
+    assert PpocrOnnxConfig().cublas_workspace_config == DEFAULT_CUBLAS_WORKSPACE  # one default
     environ: dict[str, str] = {}
     assert apply_cublas_workspace(None, environ) is None and not environ
     assert apply_cublas_workspace(":4096:8", environ) == ":4096:8"

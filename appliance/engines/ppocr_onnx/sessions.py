@@ -123,10 +123,11 @@ def prepare_cuda() -> str | None:
     return None
 
 
-# cuBLAS reads its workspace setting from the environment when a handle is created, and the CUDA
-# provider creates handles for each session: PpocrOnnxConfig.cublas_workspace_config says why.
+# cuBLAS takes its workspace setting from the environment, and the CUDA provider gives each session
+# cuBLAS handles of its own: PpocrOnnxConfig.cublas_workspace_config says why it is set. It is set
+# before the CUDA libraries load, so it holds whether cuBLAS reads it at load or at each handle.
 CUBLAS_WORKSPACE_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
-DEFAULT_CUBLAS_WORKSPACE = ":4096:8"
+DEFAULT_CUBLAS_WORKSPACE = ":4096:8"  # PpocrOnnxConfig's default (config.py imports no onnxruntime)
 
 
 def apply_cublas_workspace(value: str | None, environ: MutableMapping[str, str] = os.environ) -> str | None:
@@ -222,7 +223,9 @@ def create_session(
     wanted = [CUDA, CPU] if provider in ("cuda", "auto") and CUDA in available else [CPU]
     if wanted[0] == CUDA:
         # Before prepare_cuda loads the CUDA libraries, cuBLAS among them.
-        apply_cublas_workspace(cublas_workspace)
+        log.debug(
+            "cuBLAS workspace setting: %s", apply_cublas_workspace(cublas_workspace) or "cuBLAS's default"
+        )
     cuda_problem = prepare_cuda() if wanted[0] == CUDA else None
     if cuda_problem is not None:
         if provider == "cuda":
