@@ -39,6 +39,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from appliance.api.client import Client
 from appliance.api.v1 import appliance_pb2 as pb
 from appliance.api.v1 import appliance_pb2_grpc as pb_grpc
+from bench import child_process
 
 WATCHERS = 32
 HEALTH_WATCHES = 40
@@ -281,12 +282,7 @@ def daemon_process(root: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]
             time.sleep(0.1)
         yield child, socket_path
     finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        child_process.stop(child, grace_s=30)
 
 
 def _latencies(socket_path: Path, calls: int) -> list[float]:

@@ -3,7 +3,8 @@
 Usage:
     python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--preset auto|accurate|fast]
         [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
-        [--det-shares S,S] [--formats json,text] [--copies N] [--timeout S] DATA_DIR [DATA_DIR ...]
+        [--det-shares S,S] [--cublas-workspace :KiB:N|null] [--formats json,text] [--copies N]
+        [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
 folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sqlite3
 import struct
 import subprocess
@@ -33,6 +33,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from bench import child_process
+from bench.engine_options import add_engine_options, engine_settings
 from bench.gpu_memory import MemorySampler, gpu_memory_mib
 
 _SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
@@ -71,10 +73,7 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
     onnx: dict[str, Any] = {"provider": args.provider, "preset": args.preset}
     if args.gpu_mem_limit_mb:
         onnx["gpu_mem_limit_mb"] = args.gpu_mem_limit_mb
-    if args.widths:
-        onnx["fixed_line_widths"] = [int(width) for width in args.widths.split(",")]
-    if args.det_shares:
-        onnx["fixed_detector_shares"] = [float(share) for share in args.det_shares.split(",")]
+    onnx.update(engine_settings(args))
     engine = {"name": "ppocr_onnx", "ppocr_onnx": onnx}
     config: dict[str, Any] = {
         "version": 1,
@@ -159,13 +158,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 break
             time.sleep(0.5)
     finally:
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        child_process.stop(daemon, grace_s=120)
         peak = sampler.stop()
     rows = journal_rows(journal)
     finished = [row for row in rows if row[0] in _FINAL]
@@ -180,6 +173,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_mem_limit_mb": args.gpu_mem_limit_mb,
         "widths": args.widths,
         "det_shares": args.det_shares,
+        "cublas_workspace": args.cublas_workspace,
         "states": states,
         "retried": sum(1 for row in rows if row[3] > 1),
         "duplicates": sum(1 for row in rows if row[4]),  # results issued without a read
@@ -217,8 +211,7 @@ def main() -> None:
         "--gpu-mem-limit-mb", type=int, default=0, help="the ONNX arena's cap (0: the default)"
     )
     parser.add_argument("--preset", choices=["auto", "accurate", "fast"], default="auto")
-    parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 640,1280,3200")
-    parser.add_argument("--det-shares", help="engine.ppocr_onnx.fixed_detector_shares, e.g. 0.5")
+    add_engine_options(parser)
     parser.add_argument(
         "--formats", default="", help="output formats, comma-separated (default: the config's)"
     )
