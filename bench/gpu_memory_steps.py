@@ -2,7 +2,9 @@
 
 Usage (on a machine with an NVIDIA GPU and onnxruntime-gpu):
     python -m bench.gpu_memory_steps [--variant fp32+provider=cuda] [--pages N DATA_DIR ...]
+        [--widths W,W] [--det-shares S,S] [--cublas-workspace :KiB:N|null]
     python -m bench.gpu_memory_steps --tiny N [--shared-arena] [--cuda-option KEY=VALUE ...]
+        [--cublas-workspace :KiB:N|null]
 
 The first form builds the engine as the daemon does, with every session it opens wrapped so that
 the process's GPU memory (`nvidia-smi --query-compute-apps`, this process's row) is read after the
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.engine_options import add_engine_options, engine_settings
 from bench.gpu_memory import process_gpu_mib
 
 _SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff"}
@@ -64,9 +67,10 @@ def tiny_model() -> bytes:
 
 
 def tiny_sessions(
-    count: int, provider: str, steps: Steps, cuda_options: dict[str, str], shared_arena: bool
+    count: int, provider: str, steps: Steps, cuda_options: dict[str, str], settings: dict[str, Any]
 ) -> None:
-    from appliance.engines.ppocr_onnx.sessions import create_session
+    """`settings`: engine_options' keys; the cuBLAS workspace is the one a tiny session takes."""
+    from appliance.engines.ppocr_onnx.sessions import DEFAULT_CUBLAS_WORKSPACE, create_session
 
     model = tiny_model()
     kept = []  # every session stays open, as the engine's do
@@ -76,7 +80,8 @@ def tiny_sessions(
             provider,  # type: ignore[arg-type]
             model=model,
             cuda_options=cuda_options,
-            shared_arena=shared_arena,
+            shared_arena=settings["shared_arena"],
+            cublas_workspace=settings.get("cublas_workspace_config", DEFAULT_CUBLAS_WORKSPACE),
         )
         steps.mark(f"tiny {index + 1} created")
         session.run(None, {"x": np.zeros((1, 3, 64, 64), dtype=np.float32)})
@@ -84,7 +89,7 @@ def tiny_sessions(
         kept.append(session)
 
 
-def engine_sessions(variant: str, pages: list[Path], steps: Steps) -> None:
+def engine_sessions(variant: str, pages: list[Path], steps: Steps, settings: dict[str, Any]) -> None:
     from appliance.config import AppConfig
     from appliance.engines.factory import build_engine
     from appliance.engines.ppocr_onnx import engine as engine_module
@@ -111,7 +116,10 @@ def engine_sessions(variant: str, pages: list[Path], steps: Steps) -> None:
 
     setattr(engine_module, "create_session", create_session)  # noqa: B010
     steps.mark("start")
-    engine = build_engine(variant_engine_config(AppConfig().engine, variant))
+    config = variant_engine_config(AppConfig().engine, variant)
+    if settings:
+        config = config.model_copy(update={"ppocr_onnx": config.ppocr_onnx.model_copy(update=settings)})
+    engine = build_engine(config)
     steps.mark("engine loaded")
     import cv2
 
@@ -137,25 +145,29 @@ def main() -> None:
     parser.add_argument(
         "--shared-arena", action="store_true", help="the small sessions draw on one arena, as the engine's do"
     )
+    add_engine_options(parser)
     args = parser.parse_args()
     steps = Steps()
+    settings = engine_settings(args)
     if args.tiny:
         steps.mark("start")
         options = dict(item.split("=", 1) for item in args.cuda_option)
-        tiny_sessions(args.tiny, args.provider, steps, options, args.shared_arena)
+        tiny_sessions(
+            args.tiny, args.provider, steps, options, {**settings, "shared_arena": args.shared_arena}
+        )
     else:
         pages: list[Path] = []
         for folder in args.data:
             images = folder / "images" if (folder / "images").is_dir() else folder
             pages += sorted(path for path in images.iterdir() if path.suffix.lower() in _SUFFIXES)
-        engine_sessions(args.variant, pages[: args.pages], steps)
+        engine_sessions(args.variant, pages[: args.pages], steps, settings)
     report = {"variant": None if args.tiny else args.variant, "steps": steps.rows}
+    report["settings"] = settings
+    # What the process's sessions ran with: a variable set by hand wins over the setting.
+    report["env"] = {key: os.environ.get(key) for key in ("CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING")}
     if args.tiny:
         report["cuda_options"] = args.cuda_option
         report["shared_arena"] = args.shared_arena
-        report["env"] = {
-            key: os.environ.get(key) for key in ("CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING")
-        }
     print(json.dumps(report))
 
 

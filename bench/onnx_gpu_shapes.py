@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.engine_options import add_engine_options, engine_settings
 from bench.gpu_memory import MemorySampler, gpu_memory_mib
 
 _SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
@@ -74,11 +75,7 @@ def _engine_config(args: argparse.Namespace) -> Any:
     from appliance.variants import variant_engine_config
 
     config = variant_engine_config(AppConfig().engine, args.variant)
-    update: dict[str, Any] = {}
-    if args.widths:
-        update["fixed_line_widths"] = tuple(int(width) for width in args.widths.split(","))
-    if args.det_shares:
-        update["fixed_detector_shares"] = tuple(float(share) for share in args.det_shares.split(","))
+    update = engine_settings(args)
     if args.socket:
         update["session_server"] = Path(args.socket)
     if update:
@@ -181,8 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--variant", default="fp32+provider=cuda")
-    parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 320,640,1280,3200")
-    parser.add_argument("--det-shares", help="engine.ppocr_onnx.fixed_detector_shares, e.g. 0.5,1.0")
+    add_engine_options(parser)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="pages in flight in each worker process")
     parser.add_argument("--full", action="store_true", help="the whole pipeline, not the engine alone")
@@ -243,6 +239,8 @@ def main() -> None:
     report: dict[str, Any] = {
         "variant": args.variant,
         "widths": args.widths,
+        "det_shares": args.det_shares,
+        "cublas_workspace": args.cublas_workspace,
         "cuda_options": args.cuda_option,
         "no_best_class": args.no_best_class,
         "full": args.full,

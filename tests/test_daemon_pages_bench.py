@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import cv2
@@ -23,13 +25,6 @@ def test_every_copy_of_every_page_is_read_by_the_daemon_and_timed(tmp_path: Path
         "2",
         "--formats",
         "json,text",
-        # fixed shapes are off on the CPU: the daemon only has to accept the settings
-        "--preset",
-        "fast",
-        "--det-shares",
-        "0.5",
-        "--widths",
-        "640,3200",
         str(tmp_path / "set"),
     )
     report = last_json(done)
@@ -37,6 +32,37 @@ def test_every_copy_of_every_page_is_read_by_the_daemon_and_timed(tmp_path: Path
     assert sum(report["states"].values()) == 4 and "failed" not in report["states"]
     assert report["duplicates"] == 0  # the copies are distinct files, each read
     assert report["daemon_exit"] == 0
-    assert (report["preset"], report["det_shares"], report["widths"]) == ("fast", "0.5", "640,3200")
     assert report["pages_per_s"] > 0 and report["load_s"] >= 0
     assert report["scratch"] is None  # removed once complete
+
+
+def test_the_engine_options_reach_the_daemon_it_starts(tmp_path: Path) -> None:
+    folder = tmp_path / "set" / "images"
+    folder.mkdir(parents=True)
+    cv2.imwrite(str(folder / "0.png"), rendering.receipt().bgr())
+    options = (
+        "--preset",
+        "fast",
+        "--det-shares",
+        "0.5",
+        "--widths",
+        "640,3200",
+        "--cublas-workspace",
+        ":16:8",
+    )
+    report = last_json(
+        run_bench(
+            "daemon_pages", "--provider", "cpu", "--formats", "json", "--keep", *options, str(folder.parent)
+        )
+    )
+    scratch = Path(report["scratch"])
+    try:
+        assert report["complete"]
+        onnx = json.loads((scratch / "config.yaml").read_text(encoding="utf-8"))["engine"]["ppocr_onnx"]
+        assert onnx["fixed_detector_shares"] == [0.5] and onnx["fixed_line_widths"] == [640, 3200]
+        assert onnx["cublas_workspace_config"] == ":16:8"
+        (result,) = (scratch / "out").glob("*.json")
+        # the daemon read with the preset asked for (fixed shapes and cuBLAS are CUDA's alone)
+        assert json.loads(result.read_text(encoding="utf-8"))["engine"]["preset"] == "fast"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
