@@ -5,6 +5,7 @@ Usage::
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
         [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
         [--k-max N] [--extra-token-cost F] [--together N]
+    python -m bench.vlm_lines --crops DIR --save-hints FILE [--limit N]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
 holds line crops and `labels.jsonl` (`train.make_crops` cuts them from a page set's
@@ -43,7 +44,8 @@ unsure lines read N at a time, against their `head` and `hint` decode time.
 
 --save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
 them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
-VLM, on all the crops or a subset.
+VLM, on all the crops or a subset. Without --model-dir, --save-hints writes the ONNX reads and stops:
+the drafts can be saved before any VLM exists.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, help="the GGUF line reader (without it: --save-hints only)")
     parser.add_argument("--crops", type=Path, required=True)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--threads", type=int, default=0)
@@ -133,6 +135,8 @@ def main() -> None:
     )
     parser.add_argument("--together", type=int, default=0, help="also read N lines side by side (read_lines)")
     args = parser.parse_args()
+    if args.model_dir is None and (args.save_hints is None or args.hints is not None):
+        parser.error("--model-dir is needed, unless only saving the ONNX reads (--save-hints)")
 
     named = read_crops(args.crops, args.limit)
     crops = [(crop, text) for _, crop, text in named]
@@ -149,6 +153,10 @@ def main() -> None:
             read["file"] = name
     if args.save_hints:
         args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
+    if args.model_dir is None:
+        saved_report = {"crops": len(reads), "hints": str(args.save_hints), "onnx_seconds": round(onnx_s, 2)}
+        print(json.dumps(saved_report))
+        return
     hints = [read["text"] for read in reads]
     draft_settings = {
         key: value

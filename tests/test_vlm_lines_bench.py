@@ -1,0 +1,49 @@
+"""bench.vlm_lines without a VLM: the ONNX reads of a crop folder saved as drafts for a later run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from tests import rendering
+from tests.bench_runs import last_json, run_bench
+
+
+def _crop_folder(folder: Path) -> list[dict[str, str]]:
+    """Line crops of the rendered receipt with a labels.jsonl, as train.make_crops writes them."""
+    page = rendering.receipt()
+    image = cv2.cvtColor(np.asarray(page.image), cv2.COLOR_RGB2BGR)
+    folder.mkdir()
+    rows = []
+    for index, line in enumerate(page.lines[:6]):
+        x0, y0, x1, y1 = (int(v) for v in line.box)
+        name = f"line{index:02d}.png"
+        cv2.imwrite(str(folder / name), image[max(y0 - 4, 0) : y1 + 4, max(x0 - 4, 0) : x1 + 4])
+        rows.append({"file": name, "text": line.text})
+    (folder / "labels.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return rows
+
+
+def test_the_onnx_reads_are_saved_per_crop_file_without_a_model(tmp_path: Path) -> None:
+    rows = _crop_folder(tmp_path / "crops")
+    hints = tmp_path / "hints.json"
+    report = last_json(
+        run_bench("vlm_lines", "--crops", str(tmp_path / "crops"), "--save-hints", str(hints), "--limit", "5")
+    )
+    saved = json.loads(hints.read_text(encoding="utf-8"))
+    assert report["crops"] == 5
+    assert [read["file"] for read in saved] == [row["file"] for row in rows[:5]]
+    assert all(0.0 < read["confidence"] <= 1.0 for read in saved)
+    # Clean print: the recogniser's text is the line's own, spaces aside.
+    assert [read["text"].replace(" ", "") for read in saved] == [
+        row["text"].replace(" ", "") for row in rows[:5]
+    ]
+
+
+def test_without_a_model_only_saving_the_reads_is_accepted(tmp_path: Path) -> None:
+    _crop_folder(tmp_path / "crops")
+    done = run_bench("vlm_lines", "--crops", str(tmp_path / "crops"))
+    assert done.returncode == 2 and "--model-dir is needed" in done.stderr
