@@ -5,14 +5,15 @@
 #
 #   bash bench/vlm_lines_gpu.sh HF_DIR CROPS HINTS OUT_DIR [bench.vlm_lines options...]
 #
-# Expects llama-cpp-python built with CUDA into $SITE (default /tmp/site) by the build script of
-# ../shared/gpu (prepare-llama-sdist.sh), its unpacked sdist in /tmp/llama-build (the converter
-# comes from there), and transformers in $TRAIN_SITE (default /tmp/trainsite, where
-# train's run.sh installs it) for the converter, run by $CONVERTER_PYTHON (default python3, with torch). BUILD_DONE names a file to wait for (up to 450 s) when the build runs
-# in the background, beside the training; WHEELS a folder of cp312 wheels of the appliance's
-# pure-Python dependencies (pydantic, pyyaml, rapidfuzz, sentencepiece for the converter...) to
-# install into $SITE first. HINTS comes from `python -m bench.vlm_lines --crops CROPS --save-hints`
-# run where onnxruntime and the ONNX models are.
+# Expects llama-cpp-python built with CUDA into $SITE (default /tmp/site) by the build script that
+# ../shared/gpu/prepare-llama-sdist.sh packs, its unpacked sdist in /tmp/llama-build (the converter
+# comes from there), and transformers in $TRAIN_SITE (default /tmp/trainsite, where train's run.sh
+# installs it) for the converter, which $CONVERTER_PYTHON runs (default python3, with torch).
+# BUILD_DONE names a file to wait for (up to 450 s) when the build runs in the background beside
+# the training; WHEELS a folder of cp312 wheels of the appliance's pure-Python dependencies
+# (pydantic, pyyaml, rapidfuzz, sentencepiece for the converter...) to install into $SITE first.
+# HINTS comes from `python -m bench.vlm_lines --crops CROPS --save-hints HINTS`, run where
+# onnxruntime and the ONNX models are.
 set -euo pipefail
 if (($# < 4)); then
   echo "usage: $0 HF_DIR CROPS HINTS OUT_DIR [bench.vlm_lines options...]" >&2
