@@ -77,6 +77,11 @@ class OnnxReaderConfig(_Strict):
     space_gap: StrictFloat = Field(default=0.8, ge=0, le=5)  # as engine.ppocr_onnx.space_gap
 
 
+# cuBLAS's workspace setting that CUDA sessions get unless the site sets its own (the engine's
+# sessions.create_session applies it; PpocrOnnxConfig.cublas_workspace_config says why).
+DEFAULT_CUBLAS_WORKSPACE = ":4096:8"
+
+
 class PpocrOnnxConfig(_Strict):
     """Settings of the PP-OCRv5 ONNX engine."""
 
@@ -159,7 +164,9 @@ class PpocrOnnxConfig(_Strict):
     # per session than cuBLAS's default, at the same pages a second and with the same text (the
     # daemon at 8 workers 3,177 MiB against 4,141: bench/README.md, "cuBLAS's workspace, fewer
     # sessions, every profile"). null: cuBLAS's default.
-    cublas_workspace_config: str | None = Field(default=":4096:8", pattern=r"^(:[0-9]+:[0-9]+)+$")
+    cublas_workspace_config: str | None = Field(
+        default=DEFAULT_CUBLAS_WORKSPACE, pattern=r"^(:[0-9]+:[0-9]+)+$"
+    )
     # The characters recognition may write: null for the model's whole dictionary, "latin" (ASCII,
     # Latin-1 and common typographic signs) or a UTF-8 file listing them. The other classes are
     # cut from the recogniser's head at load (engines/ppocr_onnx/charset.py).

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import onnxruntime as ort
 
+from appliance.config import DEFAULT_CUBLAS_WORKSPACE
 from appliance.engines.ppocr_onnx.cuda_driver import driver_problem, read_driver_version
 from appliance.errors import ModelError, ProviderError
 
@@ -127,7 +128,6 @@ def prepare_cuda() -> str | None:
 # cuBLAS handles of its own: PpocrOnnxConfig.cublas_workspace_config says why it is set. It is set
 # before the CUDA libraries load, so it holds whether cuBLAS reads it at load or at each handle.
 CUBLAS_WORKSPACE_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
-DEFAULT_CUBLAS_WORKSPACE = ":4096:8"  # PpocrOnnxConfig's default (config.py imports no onnxruntime)
 
 
 def apply_cublas_workspace(value: str | None, environ: MutableMapping[str, str] = os.environ) -> str | None:
