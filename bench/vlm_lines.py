@@ -42,6 +42,9 @@ after its crops were read one by one by the other variants; its prompt and decod
 line's share of its group's, so their means, not medians, compare with `head`'s. And the cascade's
 unsure lines read N at a time, against their `head` and `hint` decode time.
 
+Off the CPU (--device gpu or auto) the card's memory is sampled every 0.5 s while the engines are
+loaded and read (nvidia-smi's memory.used, bench/gpu_memory.py), its peak reported.
+
 --save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
 them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
 VLM, on all the crops or a subset. Without --model-dir, --save-hints writes the ONNX reads and stops:
@@ -65,6 +68,7 @@ from appliance.engines.vlm_gguf.decoding import DecodeStats
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.line_image import prepare_line
 from appliance.pipeline.cascade import line_read_again
+from bench.gpu_memory import MemorySampler
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
 
@@ -169,6 +173,10 @@ def main() -> None:
         else settings
         for name, settings in VARIANTS.items()
     }
+    # The card's memory while the engines are loaded and read (nvidia-smi; not sampled on the CPU).
+    sampler = MemorySampler(period=0.5) if args.device != "cpu" else None
+    if sampler is not None:
+        sampler.start()
     engines = {
         name: engine_for(args.model_dir, args.threads, args.device, settings)
         for name, settings in variants.items()
@@ -209,6 +217,7 @@ def main() -> None:
             unsure_together_ms.append(
                 sum(line_page.details["vlm_gguf"]["decode_ms"] for line_page in rows_read)
             )
+    gpu_peak = sampler.stop() if sampler is not None else None
     for engine in [*engines.values(), *([together] if together is not None else [])]:
         engine.close()
 
@@ -220,12 +229,15 @@ def main() -> None:
     report: dict[str, Any] = {
         "lines": len(crops),
         "onnx": {"cer": cer(hints, False), "cer_spaced": cer(hints, True), "seconds": onnx_s},
+        "gpu_memory_peak_mib": gpu_peak,
     }
     print(
         f"{len(crops)} lines; ONNX reader (the drafts): CER {report['onnx']['cer']:.2%} / "
         f"{report['onnx']['cer_spaced']:.2%} spaced"
         + (f", {onnx_s / len(crops) * 1000:.1f} ms a line" if onnx_s else " (read earlier)")
     )
+    if gpu_peak is not None:
+        print(f"GPU memory used at most: {gpu_peak} MiB (the card's, every engine loaded)")
     print(
         "variant     prompt ms  decode ms  prompt tok  reused  tok/pass  ms/pass  mean k  accepted  CER     "
         "spaced  same"

@@ -35,9 +35,5 @@ export PYTHONPATH="$SITE:$TRAIN_SITE:.:$SRC/vendor/llama.cpp/gguf-py" PYTHONUNBU
 mkdir -p "$OUT_DIR"
 python3 -m quantize.gguf convert --hf "$HF_DIR" --family qwen2vl_line --out "$OUT_DIR/gguf" \
   --converter-python "${CONVERTER_PYTHON:-python3}" --pre-tokenizer gpt-2 --quant Q8_0 --llama-src "$SRC"
-# The card's memory while the bench runs, sampled every 0.5 s; the peak is printed at the end.
-nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$OUT_DIR/vram.txt" &
-sampler=$!
-trap 'kill $sampler 2>/dev/null || true' EXIT
+# bench.vlm_lines samples the card's memory itself and reports its peak.
 python3 -m bench.vlm_lines --model-dir "$OUT_DIR/gguf/q8_0" --crops "$CROPS" --hints "$HINTS" --device gpu "$@"
-echo "GPU memory used at most: $(sort -n "$OUT_DIR/vram.txt" | tail -1) MiB"
