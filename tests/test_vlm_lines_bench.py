@@ -8,20 +8,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from tests import rendering
 from tests.bench_runs import last_json, run_bench
 
 
 def _crop_folder(folder: Path) -> list[dict[str, str]]:
-    """Line crops of the rendered receipt with a labels.jsonl, as train.make_crops writes them."""
+    """Line crops of the rendered receipt with a labels.jsonl, cut and listed as train.make_crops does."""
     page = rendering.receipt()
     image = cv2.cvtColor(np.asarray(page.image), cv2.COLOR_RGB2BGR)
     folder.mkdir()
     rows = []
     for index, line in enumerate(page.lines[:6]):
-        x0, y0, x1, y1 = (int(v) for v in line.box)
         name = f"line{index:02d}.png"
-        cv2.imwrite(str(folder / name), image[max(y0 - 4, 0) : y1 + 4, max(x0 - 4, 0) : x1 + 4])
+        cv2.imwrite(str(folder / name), cut_box(image, line.box, RECOGNISER_LINE_MARGIN))
         rows.append({"file": name, "text": line.text})
     (folder / "labels.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return rows
