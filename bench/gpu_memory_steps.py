@@ -70,7 +70,8 @@ def tiny_sessions(
     count: int, provider: str, steps: Steps, cuda_options: dict[str, str], settings: dict[str, Any]
 ) -> None:
     """`settings`: engine_options' keys; the cuBLAS workspace is the one a tiny session takes."""
-    from appliance.engines.ppocr_onnx.sessions import DEFAULT_CUBLAS_WORKSPACE, create_session
+    from appliance.config import DEFAULT_CUBLAS_WORKSPACE
+    from appliance.engines.ppocr_onnx.sessions import create_session
 
     model = tiny_model()
     kept = []  # every session stays open, as the engine's do

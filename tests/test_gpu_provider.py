@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from appliance import cli
-from appliance.config import PpocrOnnxConfig
+from appliance.config import DEFAULT_CUBLAS_WORKSPACE, PpocrOnnxConfig
 from appliance.engines.ppocr_onnx import cuda_driver, default_model_dir, sessions
 from appliance.engines.ppocr_onnx.cuda_driver import (
     DriverVersion,
@@ -28,7 +28,6 @@ from appliance.engines.ppocr_onnx.sessions import (
     CPU,
     CUBLAS_WORKSPACE_VARIABLE,
     CUDA,
-    DEFAULT_CUBLAS_WORKSPACE,
     apply_cublas_workspace,
     create_session,
     probe_provider,
