@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -163,3 +164,21 @@ def test_a_slanted_line_leans_right(fonts: Path) -> None:
 
     assert abs(lean(upright)) < 1.0
     assert lean(slanted) > 5.0  # the top of the bar is right of its foot
+
+
+def test_faint_marks_pale_the_dots_and_keep_the_letters(fonts: Path) -> None:
+    # Thermal receipts print ':' and '.' paler than the letters: the renderer fades small marks.
+    ink = _ink_of(fonts, "TEL : 12.55", 0.99, 0.99)  # no 0: DejaVu Sans Mono dots its zero
+    faint = LineRenderer._faint_marks(ink, 30, 0.3)
+    strokes = ink > 0.5
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(strokes.astype(np.uint8))
+    areas = stats[1:, 4]
+    dots = [i + 1 for i, area in enumerate(areas) if area < 0.04 * 30 * 30]
+    letters = [i + 1 for i, area in enumerate(areas) if area >= 0.04 * 30 * 30]
+    assert len(dots) == 3  # the colon's two dots and the decimal point
+    assert len(letters) == 7  # T, E, L, 1, 2, 5, 5
+    for label in dots:
+        assert faint[labels == label].max() <= 0.3 + 1e-6
+    for label in letters:
+        assert np.array_equal(faint[labels == label], ink[labels == label])
+    assert (faint <= ink).all()

@@ -81,6 +81,8 @@ class LineRenderer:
         font = _font(info.path, info.index, size)
         spacing = rng.choice([0.0, 0.0, 0.0, rng.uniform(-0.06, 0.25)]) * size
         ink = self._ink_mask(text, font, size, spacing, neighbours=rng.random() < 0.5)
+        if rng.random() < 0.3:
+            ink = self._faint_marks(ink, size, rng.uniform(0.3, 0.7))
         look = rng.random()
         if look < 0.2:
             ink = self._dot_matrix(ink, size)
@@ -168,6 +170,25 @@ class LineRenderer:
             ink, matrix, (ink.shape[1], ink.shape[0]), flags=cv2.INTER_LINEAR, borderValue=0.0
         )
         return slanted
+
+    @staticmethod
+    def _faint_marks(ink: np.ndarray, size: int, strength: float) -> np.ndarray:
+        # A thermal head heats an isolated dot less than a stroke, so a receipt's ':' and '.' (and
+        # ',', '-', the dot of an 'i') often print paler than the letters round them: a SROIE
+        # `Date:` with a pale colon was read `Date`, and ':' or '.' lost were 200 of the model's
+        # 7,641 edits on the receipt crops. Marks whose area is a few percent of the size squared
+        # keep `strength` of their ink; a letter's strokes are larger and stay as they are.
+        count, labels, stats, _ = cv2.connectedComponentsWithStats(
+            (ink > 0.5).astype(np.uint8), connectivity=8
+        )
+        small = stats[:, cv2.CC_STAT_AREA] < 0.04 * size * size
+        small[0] = False  # the background
+        if count < 2 or not small.any():
+            return ink
+        # Grown by a pixel so that the mark's anti-aliased rim fades with it.
+        marks = cv2.dilate(small[labels].astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+        faint: np.ndarray = np.where(marks, ink * np.float32(strength), ink)
+        return faint
 
     def _dot_matrix(self, ink: np.ndarray, size: int) -> np.ndarray:
         # Dot-matrix/thermal heads print a grid of round dots: keep the ink only where a dot sits.
