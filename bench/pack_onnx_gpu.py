@@ -52,6 +52,7 @@ BENCH_REQUIREMENTS = (
     "pydantic",
     "pyyaml",
     "jsonschema",
+    "jsonschema-rs",
     "pikepdf",
     "python-stdnum",
     "onnx",

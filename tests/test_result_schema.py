@@ -14,7 +14,7 @@ import pytest
 from appliance.document import Block, Document, Line, Page, SourceFile, Word
 from appliance.fields.model import FieldValue, Span
 from appliance.hashing import sha256_file
-from appliance.outputs.json_result import result_schema, validate_result
+from appliance.outputs.json_result import _quick_validator, result_schema, validate_result
 from appliance.repair.ruleset import Change, Check, RepairLog
 from appliance.schemas.generate import SCHEMA_FILE, schema_text
 
@@ -214,8 +214,17 @@ def test_schema_rejects_what_1_0_forbids(path: tuple[str | int, ...], value: obj
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
+    # validate_result asks jsonschema-rs first and jsonschema only for the error's wording: a result
+    # that jsonschema-rs passed would be written without jsonschema ever seeing it.
+    assert not _quick_validator().is_valid(result)
     with pytest.raises(jsonschema.ValidationError):
         validate_result(result)
+
+
+def test_the_quick_check_passes_what_jsonschema_passes() -> None:
+    for result in (_legacy_result(), _document().to_dict()):
+        assert not list(jsonschema.Draft202012Validator(result_schema()).iter_errors(result))
+        assert _quick_validator().is_valid(result)
 
 
 def test_sha256_file_streams_the_file(tmp_path: Path) -> None:
