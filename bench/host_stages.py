@@ -1,7 +1,7 @@
 """A page's time on the host, with the models' own run time taken out: ms a page by stage, and where it goes.
 
 Usage: python -m bench.host_stages [--variant SPEC] [--limit N] [--runs N] [--profile N] [--dump OUT]
-       DIR [DIR ...]
+       [--formats json,text,...] DIR [DIR ...]
 
 Reads each folder's images through the whole pipeline (DocumentProcessor.process, as
 bench.ocr_bench builds it: the config as it is, or bench.ocr_bench's `--variant` spec) and times
@@ -13,8 +13,11 @@ line crops among it). `--runs N` reads the pages N times and keeps each page's l
 `--profile N` also prints cProfile's N functions of most own time over the last run, session runs
 included (read them off as `run` of onnxruntime's session); `--dump OUT` writes every page's
 lines (text, box, polygon, confidences, words, unrounded) as JSON, to check that a change keeps
-the output identical. Measure with one line thread (`line_parallelism=1`, as on a GPU) so that
-session runs do not overlap and the host figure is the page's wall time less theirs.
+the output identical. `--formats` also times the rendering of each named output format of each
+page's document (`out:FORMAT`, all on the host; the JSON's includes its schema check), the work a
+worker does after the read and before it files the result. Measure with one line thread
+(`line_parallelism=1`, as on a GPU) so that session runs do not overlap and the host figure is the
+page's wall time less theirs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 import onnxruntime as ort
 
 from appliance.config import AppConfig
+from appliance.outputs.writer import render_formats
 from appliance.pipeline.process import DocumentProcessor
 
 _SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
@@ -121,6 +125,16 @@ def page_figures(
     return figures, document
 
 
+def output_figures(document: Any, path: Path, formats: list[str]) -> dict[str, float]:
+    """The ms to render each output format of a document read from `path` (the PDF from the source)."""
+    figures = {}
+    for fmt in formats:
+        started = time.perf_counter()
+        render_formats(document, [fmt], source_path=path)
+        figures[f"out:{fmt}"] = (time.perf_counter() - started) * 1000
+    return figures
+
+
 def page_lines(document: Any) -> list[list[dict[str, Any]]]:
     """Every page's lines as plain values, unrounded: what an identity check compares."""
     return [[dataclasses.asdict(line) for line in page.lines] for page in document.pages]
@@ -134,7 +148,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="reads of each page; each figure's least is kept")
     parser.add_argument("--profile", type=int, default=0, help="cProfile's N functions of most own time")
     parser.add_argument("--dump", type=Path, help="write every page's lines here as JSON")
+    parser.add_argument(
+        "--formats", default="", help="comma-separated output formats to time as well (json,text,pdf,...)"
+    )
     args = parser.parse_args()
+    formats = [fmt for fmt in args.formats.split(",") if fmt]
     clock = SessionClock()
     processor = build_processor(args.variant)
     folders = {folder: images_of(folder, args.limit) for folder in args.folders}
@@ -149,6 +167,7 @@ def main() -> None:
                     if args.profile and run == args.runs - 1:
                         profiler.enable()
                     figures, document = page_figures(processor, path, clock)
+                    figures.update(output_figures(document, path, formats))
                     profiler.disable()
                     # Each figure's least over the runs: the host's share is a small difference
                     # of two large times, and the least is the one other work disturbed least.
@@ -166,7 +185,7 @@ def main() -> None:
 
 
 def _order(key: str) -> tuple[int, str]:
-    return (0 if ":" not in key else 1, key)
+    return (0 if ":" not in key else 2 if key.startswith("out:") else 1, key)
 
 
 if __name__ == "__main__":
