@@ -15,7 +15,9 @@ included (read them off as `run` of onnxruntime's session); `--dump OUT` writes 
 lines (text, box, polygon, confidences, words, unrounded) as JSON, to check that a change keeps
 the output identical. `--formats` also times the rendering of each named output format of each
 page's document (`out:FORMAT`, all on the host; the JSON's includes its schema check), the work a
-worker does after the read and before it files the result. Measure with one line thread
+worker does after the read and before it files the result; `--review` keeps every page for a
+review folder as the daemon does (`host:keep`) and makes their PNGs as a review would
+(`out:review`). Measure with one line thread
 (`line_parallelism=1`, as on a GPU) so that session runs do not overlap and the host figure is the
 page's wall time less theirs.
 """
@@ -39,6 +41,7 @@ import onnxruntime as ort
 
 from appliance.config import AppConfig
 from appliance.outputs.writer import render_formats
+from appliance.pipeline.page_images import PageImages
 from appliance.pipeline.process import DocumentProcessor
 
 _SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf")
@@ -103,14 +106,31 @@ def build_processor(spec: str | None) -> DocumentProcessor:
 
 
 def page_figures(
-    processor: DocumentProcessor, path: Path, clock: SessionClock
+    processor: DocumentProcessor, path: Path, clock: SessionClock, review: bool = False
 ) -> tuple[dict[str, float], Any]:
-    """One read of `path`: wall, session and host ms, each stage's host ms; and the document read."""
+    """One read of `path`: wall, session and host ms, each stage's host ms; and the document read.
+
+    With `review`, the pages are kept for a review folder as the daemon keeps them (`host:keep`,
+    inside the wall time) and their PNGs made as a review would ask for them (`out:review`).
+    """
     clock.take()
+    kept = PageImages(pdf=False, review=review)
+    keep_ms = 0.0
+
+    def keep(raster: Any, media_type: str) -> None:
+        nonlocal keep_ms
+        started = time.perf_counter()
+        kept.keep(raster, media_type)
+        keep_ms += (time.perf_counter() - started) * 1000
+
     started = time.perf_counter()
-    document = processor.process(path)
-    wall = (time.perf_counter() - started) * 1000
-    sessions = clock.take()
+    with kept:
+        document = processor.process(path, on_raster=keep if review else None)
+        wall = (time.perf_counter() - started) * 1000
+        sessions = clock.take()
+        started = time.perf_counter()
+        pngs = sum(len(png) for _index, png in kept.review_pngs())
+        review_ms = (time.perf_counter() - started) * 1000
     stages: dict[str, float] = {}
     for page in document.pages:
         for stage, ms in page.timings_ms.items():
@@ -122,6 +142,11 @@ def page_figures(
         figures[f"host:{stage}"] = ms - sessions.get(stage, 0.0)
     figures["host:untimed"] = wall - sum(stages.values()) - document.timings_ms.get("repair", 0.0)
     figures["host:repair"] = document.timings_ms.get("repair", 0.0)
+    if review:
+        figures["host:keep"] = keep_ms
+        figures["host:untimed"] -= keep_ms
+        figures["out:review"] = review_ms
+        figures["review_png_kb"] = pngs / 1000
     return figures, document
 
 
@@ -148,6 +173,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="reads of each page; each figure's least is kept")
     parser.add_argument("--profile", type=int, default=0, help="cProfile's N functions of most own time")
     parser.add_argument("--dump", type=Path, help="write every page's lines here as JSON")
+    parser.add_argument("--review", action="store_true", help="keep the pages for review and time it")
     parser.add_argument(
         "--formats", default="", help="comma-separated output formats to time as well (json,text,pdf,...)"
     )
@@ -166,7 +192,7 @@ def main() -> None:
                 for path in paths:
                     if args.profile and run == args.runs - 1:
                         profiler.enable()
-                    figures, document = page_figures(processor, path, clock)
+                    figures, document = page_figures(processor, path, clock, args.review)
                     figures.update(output_figures(document, path, formats))
                     profiler.disable()
                     # Each figure's least over the runs: the host's share is a small difference
