@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from appliance import workers
 from appliance.config import RasterizeConfig
 from appliance.errors import DocumentError, FailureReason
 from appliance.journal import Job, JobState
+from appliance.pipeline.page_images import REVIEW_MEMORY_BYTES
 from appliance.workers import JobRequest
 from tests.fakes.engines import GatedFaultEngine, hanging_engine
 from tests.polling import DaemonThread, png_bytes, wait_for
@@ -157,15 +159,18 @@ def test_an_outcome_that_cannot_be_sent_comes_back_as_a_failure_of_its_job() -> 
 
 
 def test_a_worker_killed_mid_document_leaves_no_temporary_files_behind(tmp_path: Path) -> None:
-    """A document's review images wait in the worker's temporary folder while it is read; a worker
-    killed then (a timeout, a crash) never removes them itself, so the daemon's handle does."""
+    """A document's review pages beyond what it holds in memory wait in the worker's temporary folder
+    while it is read; a worker killed then (a timeout, a crash) never removes them itself, so the
+    daemon's handle does."""
     worker = workers.Worker("ocr-worker-scratch", hanging_engine, RasterizeConfig())
     worker.start(timeout=120)
     try:
         scratch = worker.scratch
         assert scratch is not None and scratch.is_dir()
         blue = tmp_path / "blue.png"
-        blue.write_bytes(png_bytes("blue"))
+        # A page of more raw pixels than a document holds in memory, so it is written as PNG.
+        side = math.isqrt(REVIEW_MEMORY_BYTES // 3) + 16
+        blue.write_bytes(png_bytes("blue", (side, side)))
         review = tmp_path / "review"
         request = JobRequest(
             "job-1", str(blue), str(blue), str(tmp_path / "out"), "blue", ("json",), review_dir=str(review)
