@@ -78,3 +78,23 @@ def test_many_lines_are_short_fields_as_a_detector_boxes_them() -> None:
     assert len(short) > 0.25 * len(lines)  # receipts: a lone price, a quantity, a label
     assert any(re.fullmatch(r"\d+\.\d\d", line) for line in short)
     assert any(re.fullmatch(r"\d{1,2}", line) for line in short)
+
+
+def test_labels_and_shuffled_lines_cannot_be_finished_from_their_first_word() -> None:
+    # A reader trained on a closed list of label phrases wrote one of them after reading its
+    # first word; half the labels are now receipt words in any order, and some lines shuffled.
+    from train.text_source import _LABEL_WORDS, _LABELS, _THANKS
+
+    source = TextSource(11)
+    labels = [source.label() for _ in range(400)]
+    composed = [label for label in labels if not label.startswith(_LABELS)]
+    assert 0.25 < len(composed) / len(labels) < 0.6
+    names = {tuple(word for word in label.split() if word in _LABEL_WORDS) for label in composed}
+    assert len(names) > 2 * len(_LABELS)  # not another closed list
+    shuffled = [source.shuffled() for _ in range(600)]
+    reordered = [
+        line
+        for line in shuffled
+        if any(line != thanks and sorted(line.split()) == sorted(thanks.split()) for thanks in _THANKS)
+    ]
+    assert reordered  # thank-you lines among them, their words in another order

@@ -175,6 +175,43 @@ _LABELS = (
     "TOTAL SAVINGS",
     "DEPOSIT",
 )
+# Words that receipts build their labels from, for labels of words in any order (`label`): a
+# model that learns only the fixed phrases above writes one of them after the first word it reads
+# (`TOTAL 0% SUPPLIES:` read `Total Excl. Gst :185.17`, `TOTAL ITEM(S) : 8` read `Total Incl.`).
+_LABEL_WORDS = (
+    *sorted({word for label in _LABELS for word in label.split()}),
+    "AMT",
+    "GST",
+    "SST",
+    "EXCLUDING",
+    "INCLUDING",
+    "SUPPLIES",
+    "SUMMARY",
+    "ITEM(S)",
+    "PAX(S)",
+    "QTY(S)",
+    "(RM)",
+    "(S)",
+    "(SR)",
+    "(ZR)",
+    "0%",
+    "6%",
+    "10%",
+    "NO.",
+    "NO",
+    "REG",
+    "DOC",
+    "REF",
+    "BILL",
+    "SALES",
+    "NET",
+    "GROSS",
+    "ADJ",
+    "ADJUSTMENT",
+    "PAYMENT",
+    "RECEIVED",
+    "DUE",
+)
 _HEADERS = (
     "TAX INVOICE",
     "SIMPLIFIED TAX INVOICE",
@@ -242,10 +279,12 @@ class TextSource:
         self.rng = random.Random(seed)
         self.words = _load_words(words)
         self.zh = list(chinese) if chinese is not None else common_chinese()
-        # Weights: receipt-like structure most of the time, ~11% pure random characters to force
-        # reading, ~13% Chinese or mixed lines, ~29% fragments: one or two fields cut from another
+        # Weights: receipt-like structure most of the time, ~10% pure random characters to force
+        # reading, ~12% Chinese or mixed lines, ~29% fragments: one or two fields cut from another
         # kind of line, as a text detector boxes a receipt's columns apart (a lone price, a
         # quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8 characters or fewer.
+        # ~5% are a receipt-like line's fields shuffled, so that no line can be finished from
+        # its first words.
         self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
             "company": (7, self.company),
             "address": (8, self.address),
@@ -263,7 +302,8 @@ class TextSource:
             "mixed": (8, self.mixed),
             "header": (2, self.header),
             "code": (2, self.code_line),
-            "fragment": (40, self.fragment),
+            "fragment": (44, self.fragment),
+            "shuffled": (8, self.shuffled),
         }
 
     def line(self) -> str:
@@ -456,7 +496,19 @@ class TextSource:
 
     def label(self) -> str:
         sep = self.rng.choice([" :", ":", " : ", " ", "  "])
-        return f"{self.rng.choice(_LABELS)}{sep}{self._money() if self.rng.random() < 0.6 else ''}"
+        if self.rng.random() < 0.5:
+            name = self.rng.choice(_LABELS)
+        else:  # words of receipt labels in any order, so no phrase can be guessed from its start
+            name = " ".join(self.rng.choice(_LABEL_WORDS) for _ in range(self.rng.randint(1, 4)))
+        value = self._money() if self.rng.random() < 0.6 else ""
+        return f"{name}{sep}{value}"
+
+    def shuffled(self) -> str:
+        """The fields of a receipt-like line in a random order: read, not recalled from the pattern."""
+        kind = self.rng.choice(["item", "label", "thanks", "header", "address", "company", "price", "date"])
+        fields = self.kinds[kind][1]().split()
+        self.rng.shuffle(fields)
+        return " ".join(fields) or "0"
 
     def thanks(self) -> str:
         return self.rng.choice(_THANKS)
