@@ -177,7 +177,7 @@ class LineRenderer:
     def _faint_marks(ink: np.ndarray, size: int, strength: float) -> np.ndarray:
         # A thermal head heats an isolated dot less than a stroke, so a receipt's ':' and '.' (and
         # ',', '-', the dot of an 'i') often print paler than the letters round them: a SROIE
-        # `Date:` with a pale colon was read `Date`, and ':' or '.' lost were 200 of the model's
+        # `Date:` with a pale colon was read `Date`, and ':' or '.' lost were 202 of the model's
         # 7,641 edits on the receipt crops. Marks whose area is a few percent of the size squared
         # keep `strength` of their ink; a letter's strokes are larger and stay as they are.
         count, labels, stats, _ = cv2.connectedComponentsWithStats(
