@@ -103,6 +103,48 @@ def test_projector_is_not_quantized(tmp_path: Path) -> None:
     assert not (tmp_path / "x.gguf").exists()
 
 
+def test_convert_writes_the_projector_in_the_type_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's quantizer does not take a projector, so `--mmproj-outtype q8_0` is the converter's
+    # job; the converter itself needs torch, so a stand-in copies the fixture files it would write.
+    import quantize.gguf as gguf_module
+
+    asked: dict[str, str] = {}
+
+    def converter(
+        hf_dir: Path, outfile: Path, *, mmproj: bool = False, outtype: str = "f32", **_: object
+    ) -> Path:
+        role = "mmproj" if mmproj else "model"
+        asked[role] = outtype
+        shutil.copy(FIXTURES / "qwen2vl" / f"{role}-f32.gguf", outfile)
+        return outfile
+
+    monkeypatch.setattr(gguf_module, "convert_hf_checkpoint", converter)
+    monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
+    out = tmp_path / "out"
+    code = main(
+        [
+            "convert",
+            "--hf",
+            str(tmp_path),
+            "--family",
+            "qwen2vl",
+            "--out",
+            str(out),
+            "--mmproj-outtype",
+            "q8_0",
+        ]
+    )
+    assert code == 0
+    assert asked == {"model": "f16", "mmproj": "q8_0"}
+    manifest = load_vlm_manifest(out / "manifest.json")
+    assert {entry.role: entry.file for entry in manifest.files} == {
+        "model": "model-f16.gguf",
+        "mmproj": "mmproj-q8_0.gguf",
+    }
+
+
 def test_manifest_subcommand_for_site_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "lighton-tiny"
     folder.mkdir()
