@@ -33,9 +33,10 @@ def _validator() -> jsonschema.Draft202012Validator:
 def _quick_validator() -> jsonschema_rs.Draft202012Validator:
     """The same schema in jsonschema-rs, which only says whether a result is valid.
 
-    jsonschema walks a result in Python: 17 ms for one receipt's result and more for a dense page,
-    paid on every write; jsonschema-rs answers in 0.1 ms. Formats are annotations in draft 2020-12
-    and jsonschema checks none by default, so neither does this one.
+    jsonschema's walk in Python, paid on every write, was most of the 29-33 ms that rendering a
+    page's JSON took; with this check first it takes 6-7 ms (`python -m bench.host_stages --formats
+    json`, bench/README.md). Formats are annotations in draft 2020-12 and jsonschema checks none by
+    default, so neither does this one.
     """
     return jsonschema_rs.Draft202012Validator(result_schema(), validate_formats=False)
 

@@ -5,7 +5,8 @@ is taken on the way past: the searchable PDF's JPEG (in memory: about a twentiet
 pixels, and the PDF writer holds every page's JPEG at once when it assembles the file anyway),
 and the review folder's pages, wanted only if the document ends up in review. Those are held as
 pixels while they fit `REVIEW_MEMORY_BYTES` and encoded as PNG only when the review folder asks
-for them: most documents are not reviewed, and a PNG costs 8-48 ms a receipt page to encode. The
+for them: most documents are not reviewed, and encoding a page as PNG took 26-31 ms on average
+(`python -m bench.host_stages --review`, bench/README.md). The
 pages beyond that are written as PNG to a private temporary folder and read back one page at a
 time, because a 500-page document's pages must not sit in memory waiting for the route.
 """
