@@ -311,10 +311,15 @@ class TextSource:
         weights = [self.kinds[k][0] for k in kinds]
         return self.line_of(self.rng.choices(kinds, weights)[0])
 
+    def _fields_of_one(self, kinds: Sequence[str]) -> list[str]:
+        """The space-separated fields of a line of one of `kinds`, drawn at random."""
+        return self.kinds[self.rng.choice(kinds)][1]().split()
+
     def fragment(self) -> str:
         """One field, or two neighbouring ones, of a receipt-like line: what a detector box holds."""
-        kind = self.rng.choice(["item", "price", "label", "date", "phone", "invoice", "company", "code"])
-        fields = self.kinds[kind][1]().split()
+        fields = self._fields_of_one(
+            ["item", "price", "label", "date", "phone", "invoice", "company", "code"]
+        )
         if not fields:
             return "0"
         start = self.rng.randrange(len(fields))
@@ -505,8 +510,9 @@ class TextSource:
 
     def shuffled(self) -> str:
         """The fields of a receipt-like line in a random order: read, not recalled from the pattern."""
-        kind = self.rng.choice(["item", "label", "thanks", "header", "address", "company", "price", "date"])
-        fields = self.kinds[kind][1]().split()
+        fields = self._fields_of_one(
+            ["item", "label", "thanks", "header", "address", "company", "price", "date"]
+        )
         self.rng.shuffle(fields)
         return " ".join(fields) or "0"
 
