@@ -61,6 +61,10 @@ TINY = ModelSize(
 )
 
 
+# The shapes `train_vlm --size` offers, by name.
+SIZES = {"default": ModelSize(), "wide": WIDE, "tiny": TINY}
+
+
 def build_model(tokenizer: Any, size: ModelSize = ModelSize()) -> Any:
     """A freshly initialised Qwen2VLForConditionalGeneration for `tokenizer`'s vocabulary."""
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
-from train.model import TINY, WIDE, ModelSize, PromptFormat, build_model, preprocessor_config  # noqa: E402
+from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -214,7 +214,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--total-steps", type=int, default=20000, help="length of the cosine schedule")
     parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--size", choices=["default", "wide", "tiny"], default="default")
+    parser.add_argument("--size", choices=sorted(SIZES), default="default")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -251,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer_dir = args.out / "tokenizer"
     tokenizer = build_tokenizer(tokenizer_dir, common_chinese())
     torch.manual_seed(args.seed)
-    size = {"tiny": TINY, "wide": WIDE}.get(args.size, ModelSize())
-    model = build_model(tokenizer, size).to(device)
+    model = build_model(tokenizer, SIZES[args.size]).to(device)
     group_vision_attention(model)  # same result, a few batched attention calls instead of one per line
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
