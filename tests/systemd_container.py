@@ -250,12 +250,19 @@ class Booted:
                 raise TimeoutError("the container's PID 1 did not appear")
             self.leader = _container_init(self.process.pid)
             time.sleep(0.2)  # polls the process table: nspawn forks PID 1 after setting up mounts
-        remaining = max(deadline - time.monotonic(), 1.0)
-        # --wait blocks until boot has finished, whatever the outcome (running or degraded).
-        result = self.run(["systemctl", "is-system-running", "--wait"], timeout=remaining)
-        if not result.stdout.strip():  # no answer at all: nsenter or systemctl itself failed
-            raise RuntimeError(f"is-system-running gave no state (exit {result.returncode}): {result.stderr}")
-        return result.stdout.strip()
+        while True:
+            remaining = max(deadline - time.monotonic(), 1.0)
+            # --wait blocks until boot has finished, whatever the outcome (running or degraded).
+            result = self.run(["systemctl", "is-system-running", "--wait"], timeout=remaining)
+            if result.stdout.strip():
+                return result.stdout.strip()
+            # PID 1 is up before its bus socket is: on a loaded machine systemctl can come first
+            # and find no bus, which is a boot not yet far enough along, not a failure.
+            if "Failed to connect to bus" not in result.stderr or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"is-system-running gave no state (exit {result.returncode}): {result.stderr}"
+                )
+            time.sleep(0.2)
 
     def run(
         self, command: Sequence[str], timeout: float = 60.0, input: str | None = None
