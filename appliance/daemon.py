@@ -191,10 +191,14 @@ class Daemon:
             if self._sessions is not None:
                 self._notifier.extend_timeout(_WORKER_START_SECONDS)
                 self._sessions.start()  # first: the workers open their sessions in it as they load
+            # Every worker loads at once (most of a load is its own process's work); each gets
+            # its time from its launch.
+            for worker in self._workers:
+                worker.launch()
             for worker in self._workers:
                 # Loading models can outlast TimeoutStartSec on a slow disk; ask for more time first.
                 self._notifier.extend_timeout(_WORKER_START_SECONDS)
-                worker.start(timeout=_WORKER_START_SECONDS)
+                worker.wait_loaded(timeout=_WORKER_START_SECONDS)
         except BaseException:
             for worker in self._workers:
                 worker.kill()

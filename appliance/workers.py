@@ -297,6 +297,7 @@ class Worker:
         self._per_worker = per_worker
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
+        self._launched_at = 0.0
         # The process's temporary files (a document's review PNGs while it is read, ...): a worker
         # killed mid-document never removes its own, so the daemon removes the folder.
         self._scratch: Path | None = None
@@ -312,6 +313,16 @@ class Worker:
 
     def start(self, timeout: float = 300.0) -> None:
         """Start the process and wait until its engine is loaded; raise ModelError if it cannot load."""
+        self.launch()
+        self.wait_loaded(timeout)
+
+    def launch(self) -> None:
+        """Start the process, which loads its engine; `wait_loaded` waits for it.
+
+        Apart from `start` so that a daemon's workers all load at once: each one's load is mostly
+        its own process's work (imports, the models' graphs), so N workers need about the time
+        of one instead of N times it.
+        """
         self._remove_scratch()  # a worker that died idle is started again without a kill
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
         parent, child = _CONTEXT.Pipe()
@@ -325,7 +336,17 @@ class Worker:
         child.close()
         self._process, self._connection = process, parent
         self.jobs = {}
-        if not parent.poll(timeout):
+        self._launched_at = time.monotonic()
+
+    def wait_loaded(self, timeout: float = 300.0) -> None:
+        """Wait until the engine launched is loaded, `timeout` seconds from its launch at most.
+
+        Raises ModelError if it cannot load, dies meanwhile or takes longer (it is then killed).
+        """
+        parent = self._connection
+        if parent is None:
+            raise RuntimeError(f"{self.name}: wait_loaded() before launch()")
+        if not parent.poll(max(0.0, self._launched_at + timeout - time.monotonic())):
             self.kill()
             raise ModelError(f"{self.name}: the engine did not load within {timeout:.0f} s")
         try:

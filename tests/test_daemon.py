@@ -6,6 +6,7 @@ these tests are about intake, the journal and the workers, not about OCR.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -412,6 +413,29 @@ def test_engine_that_cannot_load_stops_start_up(tmp_path: Path) -> None:
     daemon = Daemon(_config(tmp_path), fakes.failing_to_load_engine)
     with pytest.raises(ModelError, match=r"ppocrv5_det\.onnx is missing"):
         daemon.start()
+
+
+def test_workers_load_their_engines_at_the_same_time(tmp_path: Path) -> None:
+    # Each engine loads only once all three are loading: started one after another, the first
+    # would wait for the others for ever and the daemon would never be ready.
+    loading = tmp_path / "loading"
+    loading.mkdir()
+    factory = functools.partial(fakes.engine_loaded_with_others, str(loading), 3)
+    with Running(_config(tmp_path, jobs={"workers": 3}), factory) as running:
+        (running.folders.inbox / "page.png").write_bytes(png_bytes())
+        assert wait_for((running.folders.out / "page.png.json").exists)
+    assert len(list(loading.iterdir())) == 3
+
+
+def test_a_worker_that_cannot_load_among_others_stops_start_up(tmp_path: Path) -> None:
+    # Three are asked for and only two ever load: the third's wait for the others runs out.
+    loading = tmp_path / "loading"
+    loading.mkdir()
+    factory = functools.partial(fakes.engine_loaded_with_others, str(loading), 4, 5.0)
+    daemon = Daemon(_config(tmp_path, jobs={"workers": 3}), factory)
+    with pytest.raises(ModelError, match="did not load within 5 s"):
+        daemon.start()
+    assert len(list(loading.iterdir())) == 3
 
 
 def test_a_session_server_that_cannot_be_reached_stops_start_up(tmp_path: Path) -> None:

@@ -195,6 +195,22 @@ def failing_to_load_engine() -> FixedTextEngine:
     raise ModelError("model file ppocrv5_det.onnx is missing")
 
 
+def engine_loaded_with_others(folder: str, workers: int, patience_s: float = 120.0) -> FixedTextEngine:
+    """Loads only while `workers` workers are loading at once: fails to load if they load one by one.
+
+    Each load leaves its process id in `folder` and waits until `workers` have done so.
+    """
+    from appliance.errors import ModelError
+
+    Path(folder, str(os.getpid())).touch()
+    deadline = time.monotonic() + patience_s
+    while len(list(Path(folder).iterdir())) < workers:
+        if time.monotonic() > deadline:
+            raise ModelError(f"the other workers did not load within {patience_s:.0f} s of this one")
+        time.sleep(0.05)
+    return FixedTextEngine()
+
+
 def low_confidence_receipt_engine() -> FixedTextEngine:
     """Reads a receipt total, unsure of every character: what routing sends to review."""
     return FixedTextEngine("TOTAL 40.17", confidence=0.4)
