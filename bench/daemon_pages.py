@@ -13,15 +13,21 @@ appliance run` in a child process; the bench waits until the journal holds every
 state, stops it with SIGTERM and prints one JSON line: pages a second from the first job's claim to
 the last job's end (loading left out), the states the jobs ended in, the time the daemon took to
 load, and the peak GPU memory that `nvidia-smi` saw while it ran (absent without one). Each image
-is one page. `--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a
-comment in it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon
-issues the result of a file it has already read without reading it again.
+is one page. `cpu` says where the host's time went over the same span: how busy the machine's
+cores were, the CPU milliseconds a page of the daemon's main process, of its workers and of its
+session server, and how busy the server's runners were (the share of their time inside a model
+run): runners near 1.0 bound the pages a second, cores near 1.0 the host's work does.
+
+`--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a comment in
+it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon issues the
+result of a file it has already read without reading it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import struct
@@ -33,9 +39,12 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
+from appliance.session_server_keeper import SOCKET_NAME
 from bench import child_process
 from bench.engine_options import add_engine_options, engine_settings
 from bench.gpu_memory import MemorySampler, gpu_memory_mib
+from bench.host_cpu import CpuSnapshot, busy_share, machine_ticks, tree_cpu_s
 
 _SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
 _FINAL = ("done", "review", "failed")
@@ -127,6 +136,46 @@ def accounted(rows: list[tuple[str, float, float, int, bool]], failed: Path) -> 
     return sum(1 for row in rows if row[0] in ("done", "review")) + reasons
 
 
+class HostSnapshot:
+    """The host's counters at one moment: the machine's ticks, the daemon's processes, its server's runs."""
+
+    def __init__(self, daemon_pid: int, socket: Path, finished: int) -> None:
+        self.at = time.monotonic()
+        self.finished = finished
+        self.machine: CpuSnapshot = machine_ticks()
+        self.processes = tree_cpu_s(daemon_pid)
+        self.server: dict[str, Any] | None = None
+        if socket.exists():
+            try:
+                self.server = SessionServerClient(socket).stats()
+            except Exception:  # gone or restarting: the report says no server figures
+                self.server = None
+
+
+def host_report(first: HostSnapshot, last: HostSnapshot, daemon_pid: int) -> dict[str, Any]:
+    """Where the host's time went between two snapshots, a page at a time."""
+    pages = max(1, last.finished - first.finished)
+    used = {pid: seconds - first.processes.get(pid, 0.0) for pid, seconds in last.processes.items()}
+    server_pid = (last.server or {}).get("pid")
+    workers = sum(seconds for pid, seconds in used.items() if pid not in (daemon_pid, server_pid))
+    report: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "busy_share": round(busy_share(first.machine, last.machine) or 0.0, 3),
+        "pages": pages,
+        "main_ms_per_page": round(1000 * used.get(daemon_pid, 0.0) / pages, 1),
+        "workers_ms_per_page": round(1000 * workers / pages, 1),
+    }
+    if first.server is not None and last.server is not None and server_pid is not None:
+        span = last.at - first.at
+        busy = last.server["run_busy_s"] - first.server["run_busy_s"]
+        runs = last.server["runs_done"] - first.server["runs_done"]
+        report["server_ms_per_page"] = round(1000 * used.get(server_pid, 0.0) / pages, 1)
+        report["runner_busy_share"] = round(busy / (span * last.server["runners"]), 3) if span > 0 else None
+        report["runs_per_page"] = round(runs / pages, 2)
+        report["ms_per_run"] = round(1000 * busy / runs, 2) if runs else None
+    return report
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     images = source_images(args.data)
     if not images:
@@ -145,16 +194,30 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     sampler = MemorySampler(period=0.5)
     sampler.start()
     log = root / "daemon.log"
+    # The session server listens in the runtime folder, as under systemd: the bench asks it how
+    # busy its runners were.
+    (root / "run").mkdir(mode=0o700)
+    socket = root / "run" / "sessions" / SOCKET_NAME
+    environment = {**os.environ, "RUNTIME_DIRECTORY": str(root / "run")}
     launched = time.time()
     with log.open("wb") as handle:
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "run", "--config", str(config)], stdout=handle, stderr=handle
+            [sys.executable, "-m", "appliance", "run", "--config", str(config)],
+            stdout=handle,
+            stderr=handle,
+            env=environment,
         )
     journal = root / "state" / "journal.sqlite3"
     deadline = time.monotonic() + args.timeout
+    first: HostSnapshot | None = None
+    last: HostSnapshot | None = None
     try:
         while time.monotonic() < deadline and daemon.poll() is None:
-            if accounted(journal_rows(journal), root / "failed") >= pages:
+            rows = journal_rows(journal)
+            if first is None and rows:  # the first claim: the span pages a second are counted over
+                first = HostSnapshot(daemon.pid, socket, sum(1 for row in rows if row[0] in _FINAL))
+            if accounted(rows, root / "failed") >= pages:
+                last = HostSnapshot(daemon.pid, socket, accounted(rows, root / "failed"))
                 break
             time.sleep(0.5)
     finally:
@@ -188,6 +251,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         report["load_s"] = round(first_claim - launched, 1)
         report["span_s"] = round(span, 2)
         report["pages_per_s"] = round(len(finished) / span, 2) if span > 0 else None
+    if first is not None and last is not None:
+        report["cpu"] = host_report(first, last, daemon.pid)
     if peak is not None:
         report["gpu_mib_before"] = before
         report["gpu_mib_peak"] = peak

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -66,3 +67,33 @@ def test_the_engine_options_reach_the_daemon_it_starts(tmp_path: Path) -> None:
         assert json.loads(result.read_text(encoding="utf-8"))["engine"]["preset"] == "fast"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_the_host_report_says_how_busy_the_session_servers_runner_was(tmp_path: Path) -> None:
+    folder = tmp_path / "set" / "images"
+    folder.mkdir(parents=True)
+    cv2.imwrite(str(folder / "0.png"), rendering.receipt().bgr())
+    report = last_json(
+        run_bench(
+            "daemon_pages",
+            "--provider",
+            "cpu",
+            "--workers",
+            "2",
+            "--session-server",
+            "on",
+            "--copies",
+            "3",
+            "--formats",
+            "json",
+            str(folder.parent),
+        )
+    )
+    assert report["complete"]
+    cpu = report["cpu"]
+    assert 0.0 < cpu["busy_share"] <= 1.0 and cpu["cores"] == os.cpu_count()
+    # The models run in the server: its runner was busy and the workers sent it several runs a page.
+    # (A run in flight at the span's start counts whole: the share may pass 1.0 by part of a run.)
+    assert 0.0 < cpu["runner_busy_share"] < 1.5
+    assert cpu["runs_per_page"] >= 2 and cpu["ms_per_run"] > 0
+    assert cpu["server_ms_per_page"] > 0 and cpu["workers_ms_per_page"] > 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -213,16 +215,23 @@ def test_stats_give_the_age_of_the_oldest_run_waiting_or_running(socket_path: Pa
         return dict(server._answer(("stats",), {}, set())[1])
 
     assert stats()["oldest_run_s"] == 0.0
+    assert (stats()["runs_done"], stats()["run_busy_s"]) == (0, 0.0)
     runs = [threading.Thread(target=server.run, args=(0, None, {})) for _ in range(2)]
     for run in runs:
         run.start()  # the second waits for the one runner
     try:
         assert held.entered.wait(30)
+        entered = time.perf_counter()  # the first run began before this
         first = stats()["oldest_run_s"]
         assert wait_for(lambda: stats()["oldest_run_s"] > first)  # it grows while the run is held
+        assert stats()["runs_done"] == 0  # a run counts once it has returned
     finally:
+        held_for = time.perf_counter() - entered  # the first run ends after this
         held.release.set()
         for run in runs:
             run.join()
     assert stats()["oldest_run_s"] == 0.0  # none left once both returned
+    assert stats()["runs_done"] == 2
+    assert stats()["run_busy_s"] >= held_for > 0.0
+    assert stats()["pid"] == os.getpid()
     server._pool.shutdown()

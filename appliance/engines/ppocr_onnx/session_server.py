@@ -132,6 +132,10 @@ class SessionServer:
         self._runs: dict[int, float] = {}
         self._runs_lock = threading.Lock()
         self._run_ids = itertools.count()
+        # Runs finished and the seconds runners spent in them: how busy the runners are, for
+        # telling a server that bounds the pages a second from workers that do.
+        self.runs_done = 0
+        self.run_busy_s = 0.0
 
     def open(self, key: str, path: str, model: bytes | None, options: dict[str, Any]) -> int:
         """The id of the session `key` names, opened from `path` (or `model`) on the first request."""
@@ -175,10 +179,19 @@ class SessionServer:
         with self._runs_lock:
             self._runs[run_id] = time.monotonic()
         try:
-            return list(self._pool.submit(session.run, names, feeds).result())
+            return list(self._pool.submit(self._timed_run, session, names, feeds).result())
         finally:
             with self._runs_lock:
                 del self._runs[run_id]
+
+    def _timed_run(self, session: Any, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
+        started = time.perf_counter()
+        try:
+            return list(session.run(names, feeds))
+        finally:
+            with self._runs_lock:
+                self.runs_done += 1
+                self.run_busy_s += time.perf_counter() - started
 
     def oldest_run_s(self) -> float:
         """Seconds since the oldest run now asked for (waiting or running) began; 0 with none."""
@@ -284,6 +297,9 @@ class SessionServer:
                     "clients": self.clients,
                     "runners": self.runners,
                     "oldest_run_s": self.oldest_run_s(),
+                    "runs_done": self.runs_done,
+                    "run_busy_s": self.run_busy_s,
+                    "pid": os.getpid(),
                 },
             )
         raise ValueError(f"unknown request {kind!r}")
