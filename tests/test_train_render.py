@@ -96,6 +96,44 @@ def test_a_one_pixel_mark_clipped_on_both_sides_still_leaves_a_crop(fonts: Path)
     assert (crop < paper - 30).any()  # the mark is inside the crop
 
 
+def test_a_loose_box_takes_in_part_of_the_lines_above_and_below(fonts: Path) -> None:
+    size, paper = 20, 250.0
+    image = np.full((size * 4, 100), paper, np.float32)
+    image[2:12, 20:80] = 0.0  # the line above
+    image[size + 4 : size * 2, 50] = 0.0  # the line read, in the middle band
+    image[48:60, 20:80] = 0.0  # the line below
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    # Every ordinary margin 6 px (0.9: a drawn margin, the middle of 0-12), a loose one 16 (0.825 x 20).
+    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9)  # type: ignore[assignment]
+    tight = renderer._crop_box(image, paper, size)
+    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9)  # type: ignore[assignment]
+    loose = renderer._crop_box(image, paper, size, loose=True)
+    assert tight.shape[0] == (size * 2 + 6) - (size + 4 - 6)  # the middle line and its margins only
+    assert (tight[:, :] < paper - 30).any(axis=1).sum() == size - 4
+    assert loose.shape[0] == (size * 2 + 16) - (size + 4 - 16)
+    inked_rows = np.where((loose < paper - 30).any(axis=1))[0]
+    assert inked_rows[0] == 0 and inked_rows[-1] == loose.shape[0] - 1  # both neighbours reach in
+
+
+def test_light_print_on_a_dark_band_is_boxed_like_dark_print(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    renderer.rng = _AlwaysClip()  # type: ignore[assignment]
+    size, paper = 20, 40.0
+    image = np.full((size * 4, 100), paper, np.float32)
+    image[size + 4 : size * 2, 40:60] = 230.0
+    crop = renderer._crop_box(image, paper, size)
+    # The box is the mark's, one pixel clipped on each side, not the whole canvas.
+    assert crop.shape == (size - 4 - 2, 20 - 2)
+    assert (crop > paper + 30).all()
+
+
+def test_some_lines_come_out_light_on_dark(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 5)
+    backgrounds = [float(np.median(renderer.render("TOTAL 12.50"))) for _ in range(300)]
+    dark = sum(1 for value in backgrounds if value < 110)
+    assert 1 <= dark <= 30  # about 3% of lines
+
+
 def test_one_text_in_one_font_comes_out_narrow_and_wide(fonts: Path) -> None:
     # Receipt printers' condensed faces are narrower than any Debian font: the renderer squeezes
     # and stretches lines so that a reader trained on them meets every glyph width.
