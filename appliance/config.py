@@ -130,12 +130,6 @@ class PpocrOnnxConfig(_Strict):
     # Rows of every line batch and orientation batch under fixed shapes. On an H200 16 rows at the
     # widest bucket (3200 px) asked one attention buffer of 274 MiB and ran out of a 1 GiB arena.
     fixed_batch_size: StrictInt = Field(default=8, ge=1, le=64)
-    # Line batches by pixels instead: each width's batch takes fixed_batch_line_px // width rows
-    # (1-64; 10240 gives 32 rows at 320 px, 16 at 640, 8 at 1280, 3 at 3200), so a page's many
-    # narrow lines take fewer runs of one session server's runner (engines/ppocr_onnx/shapes.py,
-    # batch_rows). null: fixed_batch_size rows at every width. Orientation batches keep
-    # fixed_batch_size.
-    fixed_batch_line_px: StrictInt | None = Field(default=None, ge=48, le=64 * 3200)
     # Line widths (px at height 48) of the fixed line batches, one session each, over rec_min_width;
     # null: shapes.py's 640, 1280, 3200. More widths are less padding (docs_zh 0.84% CER with eight
     # against 0.93%) and more sessions, each about 210 MiB of the card (bench/README.md).

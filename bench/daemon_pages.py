@@ -3,8 +3,8 @@
 Usage:
     python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--preset auto|accurate|fast]
         [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
-        [--det-shares S,S] [--batch-line-px PX] [--cublas-workspace :KiB:N|null] [--formats json,text]
-        [--copies N] [--timeout S] DATA_DIR [DATA_DIR ...]
+        [--det-shares S,S] [--cublas-workspace :KiB:N|null] [--formats json,text] [--copies N]
+        [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
 folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
@@ -236,7 +236,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_mem_limit_mb": args.gpu_mem_limit_mb,
         "widths": args.widths,
         "det_shares": args.det_shares,
-        "batch_line_px": args.batch_line_px,
         "cublas_workspace": args.cublas_workspace,
         "states": states,
         "retried": sum(1 for row in rows if row[3] > 1),

@@ -7,10 +7,9 @@ from typing import Any
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """--widths, --det-shares, --batch-line-px and --cublas-workspace, read back by engine_settings."""
+    """--widths, --det-shares and --cublas-workspace, read back by engine_settings."""
     parser.add_argument("--widths", help="engine.ppocr_onnx.fixed_line_widths, e.g. 640,1280,3200")
     parser.add_argument("--det-shares", help="engine.ppocr_onnx.fixed_detector_shares, e.g. 0.5,1.0")
-    parser.add_argument("--batch-line-px", type=int, help="engine.ppocr_onnx.fixed_batch_line_px, e.g. 10240")
     parser.add_argument(
         "--cublas-workspace",
         help="engine.ppocr_onnx.cublas_workspace_config, e.g. :4096:8; null: cuBLAS's default "
@@ -25,8 +24,6 @@ def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
         settings["fixed_line_widths"] = tuple(int(width) for width in args.widths.split(","))
     if args.det_shares:
         settings["fixed_detector_shares"] = tuple(float(share) for share in args.det_shares.split(","))
-    if args.batch_line_px:
-        settings["fixed_batch_line_px"] = args.batch_line_px
     if args.cublas_workspace is not None:
         value = args.cublas_workspace
         settings["cublas_workspace_config"] = None if value.lower() == "null" else value

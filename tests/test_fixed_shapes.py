@@ -18,7 +18,6 @@ from appliance.engines.ppocr_onnx.orientation import LineOrientation
 from appliance.engines.ppocr_onnx.recognition import TextRecognizer
 from appliance.engines.ppocr_onnx.shape_branches import BRANCH
 from appliance.engines.ppocr_onnx.shapes import (
-    batch_rows,
     choose_bucket,
     choose_width,
     detector_buckets,
@@ -245,46 +244,6 @@ def test_recognizer_batches_by_width_bucket_and_drops_padded_rows() -> None:
     # The narrow lines were rows 0-2 of one batch: each got its own row's read, none a padded row's.
     assert sorted(reads[i].text for i in (0, 2, 3)) == ["a", "b", "c"]
     assert reads[1].text == "a" and reads[4].text == "a"
-
-
-def test_batches_by_pixels_give_narrow_widths_more_rows() -> None:
-    widths = line_widths(320)
-    assert batch_rows(widths, 8) == dict.fromkeys(widths, 8)
-    assert batch_rows(widths, 8, 10240) == {320: 32, 640: 16, 1280: 8, 3200: 3}
-    assert batch_rows((320, 3200), 8, 200) == {320: 1, 3200: 1}  # never fewer than one row
-    assert batch_rows((48,), 8, 64 * 3200) == {48: 64}  # nor more than 64
-
-
-def test_recognizer_fills_each_width_to_its_own_rows() -> None:
-    keys = ["blank", "a", "b", "c", "d", "e", "f", "g"]
-    widths = {width: _FakeSession(_steps, classes=8) for width in line_widths(320)}
-    rows = {320: 6, 640: 3, 1280: 2, 3200: 1}
-    recognizer = TextRecognizer(_FakeSession(_steps, classes=8), keys, 4, 320, widths=widths, rows=rows)
-    # Seven narrow lines (one batch of 6 and one of 1), two of 600 px (one batch), two wide ones.
-    crops = [np.full((48, w, 3), 255, dtype=np.uint8) for w in (100,) * 7 + (600, 600, 10000, 10000)]
-    reads = recognizer.recognize(crops)
-    assert len(reads) == len(crops)
-    for width, session in widths.items():
-        assert session.shapes <= {(rows[width], 3, 48, width)}
-    assert len(widths[320].inputs) == 2 and len(widths[640].inputs) == 1 and len(widths[3200].inputs) == 2
-    # Each narrow line got its own row's read: rows 0-5 of the first batch, row 0 of the second.
-    assert sorted(read.text for read in reads[:7]) == sorted(["a", "b", "c", "d", "e", "f", "a"])
-
-
-def test_batches_by_pixels_read_as_fixed_rows() -> None:
-    pages = [rendering.receipt().bgr(), rendering.chinese_page().bgr()]
-    reads = []
-    for line_px in (None, 10240):
-        config = PpocrOnnxConfig(
-            provider="cpu", fixed_shapes="on", det_limit_side_len=960, fixed_batch_line_px=line_px
-        )
-        engine = PpocrOnnxEngine(config)
-        try:
-            reads.append([[line.text for line in engine.recognize(page).lines] for page in pages])
-        finally:
-            engine.close()
-    assert reads[0] == reads[1]
-    assert all(reads[0])
 
 
 def test_orientation_runs_fixed_batches_and_drops_padded_rows() -> None:

@@ -51,7 +51,7 @@ from appliance.engines.ppocr_onnx.sessions import (
     prepare_cuda,
 )
 from appliance.engines.ppocr_onnx.shape_branches import ShapeBranch, branched_model
-from appliance.engines.ppocr_onnx.shapes import batch_rows, detector_buckets, line_widths
+from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.engines.ppocr_onnx.spacing import restore_spaces
 from appliance.errors import ModelError
 
@@ -233,8 +233,7 @@ class PpocrOnnxEngine:
         )
         widths = line_widths(config.rec_min_width, config.fixed_line_widths) if self._fixed else ()
         graphs = {role: self.graph_at_load(role, paths[role]) for role in roles}
-        # In the slots: a session's one shape is its rows and width.
-        rows = batch_rows(widths, config.fixed_batch_size, config.fixed_batch_line_px)
+        rows = config.fixed_batch_size  # in the slots: a session's one shape is its rows and width
         buckets = self._open_shapes(
             "det", paths["det"], graphs["det"], {size: f"{size[0]}x{size[1]}" for size in det_sizes}
         )
@@ -243,12 +242,11 @@ class PpocrOnnxEngine:
             "rec",
             paths["rec"],
             graphs["rec"],
-            {width: f"{rows[width]}x{width}" for width in widths},
+            {width: f"{rows}x{width}" for width in widths},
             [*BEST_OUTPUTS, SPACE_OUTPUT],
         )
-        other_slot = f"{config.fixed_batch_size}" if self._fixed else ""  # orientation batches' rows
         sessions = {
-            role: self._open(role, paths[role], graphs[role], other_slot)
+            role: self._open(role, paths[role], graphs[role], f"{rows}" if self._fixed else "")
             for role in roles
             if role not in ("det", "rec")
         }
@@ -272,7 +270,6 @@ class PpocrOnnxEngine:
             pool=self._pool,
             kept=kept,
             widths=by_width or None,
-            rows=rows,
             # A branched recogniser keeps only the best-class outputs: the head's size from its graph.
             classes=head_classes(graphs["rec"] or paths["rec"]) if self._one_session(len(widths)) else None,
         )
@@ -290,14 +287,13 @@ class PpocrOnnxEngine:
         self.parallel_reads = pages_in_flight(on_cuda, config.session_server)
         self._warm_ms = 0.0
         if self._fixed:
-            self._warm_ms = self._warm(buckets, by_width, sessions.get("cls"), rows, batch_size)
+            self._warm_ms = self._warm(buckets, by_width, sessions.get("cls"), batch_size)
 
     def _warm(
         self,
         buckets: dict[tuple[int, int], ModelSession],
         by_width: dict[int, ModelSession],
         cls_session: ModelSession | None,
-        rows: dict[int, int],
         batch_size: int,
     ) -> float:
         """One run of each fixed-shape session at its one shape, largest first; the milliseconds it took.
@@ -309,7 +305,7 @@ class PpocrOnnxEngine:
             (session, (1, *size, 3) if takes_image(session) else (1, 3, *size))
             for size, session in buckets.items()
         ]
-        runs += [(session, (rows[width], 3, 48, width)) for width, session in by_width.items()]
+        runs += [(session, (batch_size, 3, 48, width)) for width, session in by_width.items()]
         if cls_session is not None:
             runs.append((cls_session, (batch_size, 3, 80, 160)))
         # Largest input first: its run takes the arena's largest block, which the smaller runs

@@ -129,7 +129,6 @@ class TextRecognizer:
         pool: Executor | None = None,
         kept: list[int] | None = None,
         widths: Mapping[int, ModelSession] | None = None,
-        rows: Mapping[int, int] | None = None,
         classes: int | None = None,
     ) -> None:
         """`pool`: batches run on its threads at once (onnxruntime runs a session from many threads).
@@ -138,7 +137,6 @@ class TextRecognizer:
         `widths`: one session per fixed batch width (shapes.py); each line goes to the narrowest
         width that holds it and every batch is filled up to `batch_size` rows with blank ones,
         whose reads are dropped. None: `session` runs batches of any shape.
-        `rows`: a width's batch rows where they differ from `batch_size` (shapes.batch_rows).
         `classes`: the head's class count, for a graph that answers only its best class per step.
         """
         self._session = session
@@ -149,7 +147,6 @@ class TextRecognizer:
         # A graph with best_class.append_best_class's outputs hands back one class per step.
         self._best = has_best_class([output.name for output in session.get_outputs()])
         self._batch_size = batch_size
-        self._rows = {width: (rows or {}).get(width, batch_size) for width in self._widths or ()}
         probabilities = [output for output in session.get_outputs() if output.name not in _BEST_AND_SPACE]
         head = probabilities[0].shape[-1] if probabilities else classes
         if not isinstance(head, int):
@@ -177,7 +174,7 @@ class TextRecognizer:
         if self._widths is not None:
             # The shape the bucket's session runs anyway: a probe must not give it a second one.
             width, session = next(iter(self._widths.items()))
-            probe = np.zeros((self._rows[width], 3, _HEIGHT, width), dtype=np.float32)
+            probe = np.zeros((self._batch_size, 3, _HEIGHT, width), dtype=np.float32)
             return int(session.run(None, {self._input: probe})[0].shape[-1])
         probe = np.zeros((1, 3, _HEIGHT, _MIN_WIDTH), dtype=np.float32)
         return int(self._session.run(None, {self._input: probe})[0].shape[-1])
@@ -186,9 +183,11 @@ class TextRecognizer:
         results: list[LineRead | None] = [None] * len(crops)
         # Sorting by aspect ratio keeps lines of similar width together, so little is padding.
         order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / max(crops[i].shape[0], 1))
-        groups = [(order, self._batch_size)] if self._widths is None else self._width_groups(crops, order)
+        groups = [order] if self._widths is None else self._width_groups(crops, order)
         batches = [
-            group[start : start + rows] for group, rows in groups for start in range(0, len(group), rows)
+            group[start : start + self._batch_size]
+            for group in groups
+            for start in range(0, len(group), self._batch_size)
         ]
 
         def run(indices: list[int]) -> list[LineRead]:
@@ -200,13 +199,13 @@ class TextRecognizer:
                 results[index] = read
         return [read for read in results if read is not None]
 
-    def _width_groups(self, crops: list[np.ndarray], order: list[int]) -> list[tuple[list[int], int]]:
-        """`order` split by the width bucket each line goes to (the order kept inside each), with its rows."""
+    def _width_groups(self, crops: list[np.ndarray], order: list[int]) -> list[list[int]]:
+        """`order` split by the width bucket each line goes to (the order kept inside each)."""
         assert self._widths is not None
         groups: dict[int, list[int]] = {}
         for index in order:
             groups.setdefault(self._bucket_of(crops[index]), []).append(index)
-        return [(group, self._rows[width]) for width, group in groups.items()]
+        return list(groups.values())
 
     def _bucket_of(self, crop: np.ndarray) -> int:
         assert self._widths is not None
@@ -224,7 +223,7 @@ class TextRecognizer:
             session = self._widths[batch_width]
         # Under fixed shapes the batch is made at its fixed rows, the ones after the lines left
         # blank: a filled-up copy of a 3200 px batch is 15 MB for nothing.
-        filled = self._rows[batch_width] if self._widths is not None else len(crops)
+        filled = self._batch_size if self._widths is not None else len(crops)
         tensor = np.zeros((filled, 3, _HEIGHT, batch_width), dtype=np.float32)
         widths = []
         for row, (crop, ratio) in enumerate(zip(crops, ratios, strict=True)):

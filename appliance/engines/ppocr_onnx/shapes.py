@@ -92,18 +92,6 @@ def line_widths(min_width: int, widths: Sequence[int] | None = None) -> tuple[in
     return (min_width, *(width for width in chosen if width > min_width))
 
 
-def batch_rows(widths: Sequence[int], rows: int, line_px: int | None = None) -> dict[int, int]:
-    """The rows of each width's fixed line batch: `rows` at every width, or `line_px // width`.
-
-    With `line_px` a batch holds about the same pixels at every width, so the narrow lines that
-    are most of a page go many to a run (a GPU run costs about the same at 8 x 1280 px as at
-    32 x 320) and the widest bucket's batch, the one that sizes the arena, holds fewer. 1-64 rows.
-    """
-    if line_px is None:
-        return dict.fromkeys(widths, rows)
-    return {width: max(1, min(64, line_px // width)) for width in widths}
-
-
 def choose_width(width: int, widths: Sequence[int]) -> int:
     """The narrowest bucket at least `width` wide; the widest bucket for a wider line (squeezed)."""
     return next((bucket for bucket in widths if bucket >= width), widths[-1])
