@@ -17,6 +17,8 @@ def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
     assert breakdown["edits"] == round(cer(pairs) * truth_chars)
     lost = breakdown["edits"] - 2  # the decimal point and the 0 -> o are the other lines' edits
     assert breakdown["edits_on_lines_over_half_wrong"] == lost
+    assert breakdown["long_lines_over_half_wrong"] == 1  # THANK YOU: 8 characters, over half wrong
+    assert edit_breakdown([("TAX", "T4Z")])["long_lines_over_half_wrong"] == 0  # too short to count
     common = dict(breakdown["common"])
     assert common["'.' lost"] == 1
     assert common["'0'->'o'"] == 1

@@ -36,20 +36,23 @@ def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
     return edits / max(chars, 1)
 
 
-def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12) -> dict[str, Any]:
+def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: int = 6) -> dict[str, Any]:
     """Where the whitespace-free, case-insensitive edits of `cer` fall.
 
     How many there are, how many of them sit on lines more than half wrong (lines misread as a
-    whole, against a character here and there), and the most common single edits.
+    whole, against a character here and there), how many lines of at least `long_line` characters
+    are more than half wrong (the ones worth looking at: a short line is lost by one slip), and
+    the most common single edits.
     """
     counts: Counter[str] = Counter()
-    edits = on_lost_lines = 0
+    edits = on_lost_lines = long_lost_lines = 0
     for truth, read in pairs:
         t, r = normalize(truth, True), normalize(read, True)
         operations = Levenshtein.editops(t, r)
         edits += len(operations)
         if len(operations) > len(t) / 2:
             on_lost_lines += len(operations)
+            long_lost_lines += len(t) >= long_line
         for op in operations:
             if op.tag == "replace":
                 counts[f"{t[op.src_pos]!r}->{r[op.dest_pos]!r}"] += 1
@@ -60,6 +63,7 @@ def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12) -> dict[str,
     return {
         "edits": edits,
         "edits_on_lines_over_half_wrong": on_lost_lines,
+        "long_lines_over_half_wrong": long_lost_lines,
         "common": counts.most_common(top),
     }
 
