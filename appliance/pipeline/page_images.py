@@ -44,7 +44,6 @@ class PageImages:
         self._folder: Path | None = None
         self._review_pages: list[int] = []
         self._held: dict[int, np.ndarray] = {}
-        self._held_bytes = 0
 
     def keep(self, raster: RasterPage, media_type: str) -> None:
         """Take what the outputs need of one page as it passes."""
@@ -52,10 +51,10 @@ class PageImages:
             self.pdf_images.append(encode_page(raster.image))
         if not self._review:
             return
-        if self._held_bytes + raster.image.nbytes <= self._memory_budget:
+        held_bytes = sum(image.nbytes for image in self._held.values())  # only what fits the budget
+        if held_bytes + raster.image.nbytes <= self._memory_budget:
             # A copy: the reader's stages may work on the page's own array after this.
             self._held[raster.index] = raster.image.copy()
-            self._held_bytes += raster.image.nbytes
             self._review_pages.append(raster.index)
             return
         ok, png = cv2.imencode(".png", raster.image)
@@ -88,7 +87,6 @@ class PageImages:
         self.pdf_images = []
         self._review_pages = []
         self._held = {}
-        self._held_bytes = 0
 
     def __enter__(self) -> PageImages:
         return self
