@@ -216,8 +216,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             rows = journal_rows(journal)
             if first is None and rows:  # the first claim: the span pages a second are counted over
                 first = HostSnapshot(daemon.pid, socket, sum(1 for row in rows if row[0] in _FINAL))
-            if accounted(rows, root / "failed") >= pages:
-                last = HostSnapshot(daemon.pid, socket, accounted(rows, root / "failed"))
+            ended = accounted(rows, root / "failed")
+            if ended >= pages:
+                last = HostSnapshot(daemon.pid, socket, ended)
                 break
             time.sleep(0.5)
     finally:
