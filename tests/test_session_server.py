@@ -73,12 +73,17 @@ def test_engines_of_several_processes_share_one_set_of_sessions(
     config = _CONFIG.model_copy(update={"session_server": socket_path})
     first = PpocrOnnxEngine(config)
     opened = SessionServerClient(socket_path).stats()["sessions"]
+    warm_ups = SessionServerClient(socket_path).stats()["runs_done"]
     second = PpocrOnnxEngine(config)
     try:
         # 5 detector buckets, 4 line widths, orientation: each opened once, the second engine
         # (as a second worker's) finds them open.
         assert opened == 5 + 4 + 1
         assert SessionServerClient(socket_path).stats()["sessions"] == opened
+        # The first engine warmed each one up; the second finds them warm and runs none again.
+        assert warm_ups == opened
+        assert SessionServerClient(socket_path).stats()["runs_done"] == warm_ups
+        assert second.describe()["warm_up_ms"] < first.describe()["warm_up_ms"]
         page = rendering.chinese_page().bgr()
         assert _lines(second, page) == _lines(first, page)
     finally:

@@ -299,6 +299,8 @@ class PpocrOnnxEngine:
         """One run of each fixed-shape session at its one shape, largest first; the milliseconds it took.
 
         The first page then does not pay the CUDA provider's setup (cuDNN plans, 1-2 s a shape).
+        A session server's session that another worker opened first is left out: that worker
+        warms it before it is ready, and the daemon sends pages only once every worker is.
         """
         started = time.perf_counter()
         runs: list[tuple[ModelSession, tuple[int, ...]]] = [
@@ -312,6 +314,7 @@ class PpocrOnnxEngine:
         # after it then split and reuse. Smallest first, each larger run finds no free block big
         # enough and the arena grows by that run's whole need (on the CPU, 8 recogniser widths
         # in one shared arena: 1,028 MB largest first, 1,967 MB smallest first).
+        runs = [run for run in runs if getattr(run[0], "needs_warm_up", True)]
         runs.sort(key=lambda run: int(np.prod(run[1])), reverse=True)
         for session, shape in runs:
             dtype = np.uint8 if takes_image(session) else np.float32

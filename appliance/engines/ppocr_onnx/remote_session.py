@@ -194,7 +194,10 @@ class RemoteSession:
         self._options = options
         self._key = session_key(slot, path, model, options)
         answer = self._open(client.channel())
-        _, _, inputs, outputs, self._providers, self.info = answer
+        _, _, inputs, outputs, self._providers, self.info, created = answer
+        # Whether this open created the session in the server: a session another worker opened
+        # first has had its warm-up runs (PpocrOnnxEngine._warm) from that worker already.
+        self.needs_warm_up = bool(created)
         self._inputs = [RemoteNodeArg(*node) for node in inputs]
         self._outputs = [RemoteNodeArg(*node) for node in outputs]
 

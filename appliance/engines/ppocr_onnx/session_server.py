@@ -137,21 +137,24 @@ class SessionServer:
         self.runs_done = 0
         self.run_busy_s = 0.0
 
-    def open(self, key: str, path: str, model: bytes | None, options: dict[str, Any]) -> int:
-        """The id of the session `key` names, opened from `path` (or `model`) on the first request."""
+    def open(self, key: str, path: str, model: bytes | None, options: dict[str, Any]) -> tuple[int, bool]:
+        """The id of the session `key` names, opened from `path` (or `model`) on the first request.
+
+        And whether this request created it: only its first opener warms it up.
+        """
         from appliance.engines.ppocr_onnx.sessions import create_session
 
         with self._open_lock:
             found = self._by_key.get(key)
             if found is not None:
                 self._holders[found] += 1
-                return found
+                return found, False
             session, info = create_session(Path(path), model=model, **options)
             self._sessions.append(_OpenSession(session, info))
             session_id = self._by_key[key] = len(self._sessions) - 1
             self._holders[session_id] = 1
             log.info("session %s opened for %s (%d open)", key[:12], Path(path).name, len(self._holders))
-            return session_id
+            return session_id, True
 
     def release(self, session_ids: set[int]) -> None:
         """A connection that opened these sessions is gone; close those no connection holds any more."""
@@ -271,12 +274,13 @@ class SessionServer:
         if kind == "open":
             _, key, path, model, options = request
             if key in self._by_key and self._by_key[key] in held:
-                session_id = self._by_key[key]  # this connection holds it already
+                session_id, created = self._by_key[key], False  # this connection holds it already
             else:
-                session_id = self.open(key, path, model, options)
+                session_id, created = self.open(key, path, model, options)
                 held.add(session_id)
             opened = self.opened(session_id)
-            return ("ok", session_id, opened.inputs, opened.outputs, opened.providers, asdict(opened.info))
+            info = asdict(opened.info)
+            return ("ok", session_id, opened.inputs, opened.outputs, opened.providers, info, created)
         if kind == "run":
             _, session_id, names, block_name, inputs, output_offset = request
             block = blocks.get(block_name)
