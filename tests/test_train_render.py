@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from train.line_shapes import line_shape
 from train.render import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
 
@@ -103,16 +104,35 @@ def test_a_loose_box_takes_in_part_of_the_lines_above_and_below(fonts: Path) -> 
     image[size + 4 : size * 2, 50] = 0.0  # the line read, in the middle band
     image[48:60, 20:80] = 0.0  # the line below
     renderer = LineRenderer(load_fonts(fonts), 1)
-    # Every ordinary margin 6 px (0.9: a drawn margin, the middle of 0-12), a loose one 16 (0.825 x 20).
-    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9)  # type: ignore[assignment]
+    # Every detector slack 3 px (0.9: a drawn slack, the middle of 0-6), a loose one 16 (0.825 x 20);
+    # the last draw (0.0) keeps the box as it is, without the appliance's margin.
+    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9, 0.0)  # type: ignore[assignment]
     tight = renderer._crop_box(image, paper, size)
-    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9)  # type: ignore[assignment]
+    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9, 0.0)  # type: ignore[assignment]
     loose = renderer._crop_box(image, paper, size, loose=True)
-    assert tight.shape[0] == (size * 2 + 6) - (size + 4 - 6)  # the middle line and its margins only
+    assert tight.shape[0] == (size * 2 + 3) - (size + 4 - 3)  # the middle line and its slack only
     assert (tight[:, :] < paper - 30).any(axis=1).sum() == size - 4
     assert loose.shape[0] == (size * 2 + 16) - (size + 4 - 16)
     inked_rows = np.where((loose < paper - 30).any(axis=1))[0]
     assert inked_rows[0] == 0 and inked_rows[-1] == loose.shape[0] - 1  # both neighbours reach in
+
+
+def test_most_lines_are_cut_with_the_margin_the_appliance_gives_a_line_reader(fonts: Path) -> None:
+    size, paper = 20, 250.0
+    image = np.full((size * 4, 100), paper, np.float32)
+    image[size + 4 : size * 2, 40:60] = 0.0
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    renderer.rng = _Scripted(0.9, 0.9, 0.9, 0.9, 0.9)  # type: ignore[assignment]
+    crop = renderer._crop_box(image, paper, size)
+    # The detector's box (the ink's, 3 px slack) cut as the cascade cuts it for the reader.
+    box = (40 - 3, size + 4 - 3, 60 + 3, size * 2 + 3)
+    assert np.array_equal(crop, cut_box(image, box, RECOGNISER_LINE_MARGIN))
+    assert crop.shape[0] > (box[3] - box[1]) * (1 + RECOGNISER_LINE_MARGIN)
+    # Over many renders the ink rarely fills a crop's height: only the lines cut tight reach it.
+    renderer = LineRenderer(load_fonts(fonts), 3)
+    shares = [line_shape(renderer.render("TOTAL RM 12.50"), "TOTAL RM 12.50")[0] for _ in range(200)]
+    full = sum(share > 0.95 for share in shares)
+    assert 10 <= full <= 45  # TIGHT_CROP_SHARE of 200 is 30 (57 when half were cut tight)
 
 
 def test_light_print_on_a_dark_band_is_boxed_like_dark_print(fonts: Path) -> None:

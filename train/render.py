@@ -18,11 +18,17 @@ from PIL import Image, ImageDraw, ImageFont
 
 # The model-input contract lives with the engine that sends lines to the model; training lines go
 # through the same function. Re-exported for train/'s callers.
+from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, prepare_line
 
 __all__ = ["LINE_HEIGHT", "MAX_WIDTH", "MIN_WIDTH", "LineRenderer", "load_fonts", "prepare_line"]
 
 _FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
+# Lines cut to the detector's box alone, with no margin: what another caller may send. The rest
+# get the margin the appliance gives a line reader; with half of all lines cut tight, the ink
+# filled a median 82% of a rendered crop's height, against 68% on receipt crops cut the
+# appliance's way (`python -m train.line_shapes`).
+TIGHT_CROP_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -236,10 +242,12 @@ class LineRenderer:
         return image
 
     def _crop_box(self, image: np.ndarray, paper: float, size: int, loose: bool = False) -> np.ndarray:
-        # A detector's box around the middle line: found from the ink of the central band, then
-        # loosened by a few px or clipped by one. `loose`: a box that takes in up to half of the
-        # lines above and below (some receipts' boxes are that loose; the worst-read receipt lines
-        # of the 30,082-step fine-tuned model included such crops, read as garbage).
+        # A detector's box around the middle line, found from the ink of the central band, then
+        # cut as the appliance's cascade cuts a line for its reader: grown by
+        # RECOGNISER_LINE_MARGIN of the box's height on every side (`line_crop.cut_box`), so the
+        # ink never fills the crop's height. `loose`: a box that takes in up to half of the lines
+        # above and below (some receipts' boxes are that loose; the worst-read receipt lines of
+        # the 30,082-step fine-tuned model included such crops, read as garbage).
         h, w = image.shape
         band = image[int(size * 1.0) : int(size * 2.3)]
         inked = np.abs(band - paper) > 30  # darker print, or lighter on a dark band
@@ -251,17 +259,17 @@ class LineRenderer:
             x0, x1 = int(cols[0]), int(cols[-1]) + 1
             y0, y1 = int(rows[0] + size * 1.0), int(rows[-1] + size * 1.0) + 1
 
-        def margin(scale: float) -> int:
+        def slack(scale: float) -> int:
+            # A text detector's box is the ink's give or take a pixel, or a little looser (DB's
+            # unclipped polygons): up to `scale` of the size.
             return (
                 self.rng.choice([-1, 0, 0, 1, 2, 3])
                 if self.rng.random() < 0.5
                 else int(self.rng.uniform(0, scale))
             )
 
-        # Vertical margins up to 0.6 of the size: receipt detector boxes are often loose (the ink
-        # fills a median 68% of a SROIE crop's height, against 81% with margins up to 0.35).
-        left, right = max(0, x0 - margin(size * 0.6)), min(w, x1 + margin(size * 0.6))
-        top, bottom = max(0, y0 - margin(size * 0.6)), min(h, y1 + margin(size * 0.6))
+        left, right = max(0, x0 - slack(size * 0.3)), min(w, x1 + slack(size * 0.3))
+        top, bottom = max(0, y0 - slack(size * 0.3)), min(h, y1 + slack(size * 0.3))
         if loose:
             top = max(0, y0 - int(self.rng.uniform(0.6, 1.05) * size))
             bottom = min(h, y1 + int(self.rng.uniform(0.6, 1.05) * size))
@@ -270,7 +278,9 @@ class LineRenderer:
             left, right = x0, max(x1, x0 + 2)
         if bottom - top < 2:
             top, bottom = y0, max(y1, y0 + 2)
-        return image[top:bottom, left:right]
+        if self.rng.random() < TIGHT_CROP_SHARE:
+            return image[top:bottom, left:right]
+        return cut_box(image, (left, top, right, bottom), RECOGNISER_LINE_MARGIN)
 
     def _glyph_width(self, image: np.ndarray) -> np.ndarray:
         # Receipt printers use condensed faces, and a cap-height font with narrow advances is
