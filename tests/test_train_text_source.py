@@ -49,7 +49,7 @@ def test_words_come_from_the_given_list(tmp_path: Path) -> None:
     source = TextSource(1, words)
     assert source.words == ["zebra", "quokka"]  # possessives and non-ASCII entries are dropped
     text = " ".join(source.line_of("words") for _ in range(20)).upper()
-    assert set(text.split()) <= {"ZEBRA", "QUOKKA"}
+    assert set(re.sub(r"[()\[\]]", "", text).split()) <= {"ZEBRA", "QUOKKA"}  # brackets aside
 
 
 def test_common_chinese_is_gb2312_level_one() -> None:
@@ -98,3 +98,19 @@ def test_labels_and_shuffled_lines_cannot_be_finished_from_their_first_word() ->
         if any(line != thanks and sorted(line.split()) == sorted(thanks.split()) for thanks in _THANKS)
     ]
     assert reordered  # thank-you lines among them, their words in another order
+
+
+def test_brackets_hold_any_fields_not_mostly_a_town() -> None:
+    # A reader that only ever saw a town or a tax code in brackets wrote a town into a receipt's
+    # `(Inclusive of GST)`; brackets now close round any run of a line's fields on a few lines.
+    from train.text_source import _TOWNS
+
+    lines = _lines(TextSource(12), 6000)
+    inside = [m for line in lines for m in re.findall(r"[(\[]([^)\]]*)[)\]]?", line)]
+    towns = {town.split()[0] for town in _TOWNS}
+    in_town = sum(text.strip().upper() in towns for text in inside)
+    assert len(inside) > 0.07 * len(lines)
+    assert in_town < 0.25 * len(inside)
+    assert len({text.upper() for text in inside}) > 0.6 * len(inside)  # not a closed list either
+    assert any(" " in text.strip() for text in inside)  # runs of several fields
+    assert any("[" in line for line in lines)

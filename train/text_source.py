@@ -15,6 +15,8 @@ from pathlib import Path
 # GB2312 level 1 (rows 16-55) holds the 3,755 most common Simplified Chinese characters; Python's own
 # codec lists them, so no download or dataset is needed.
 _GB2312_L1_ROWS = range(0xB0, 0xD8)
+# The share of Latin lines with a run of their fields in brackets (`TextSource._bracketed`).
+BRACKETED_SHARE = 0.08
 
 
 def common_chinese(limit: int | None = None) -> list[str]:
@@ -333,7 +335,7 @@ class TextSource:
     def line_of(self, kind: str) -> str:
         text = self.kinds[kind][1]()
         if kind not in {"chinese", "mixed", "random"}:
-            text = self._case(text)
+            text = self._case(self._bracketed(text))
         return self._spaces(text).strip() or "0"
 
     # --- helpers -------------------------------------------------------------------------------
@@ -344,6 +346,23 @@ class TextSource:
         if r < 0.9:
             return text.title()
         return text if r < 0.96 else text.lower()
+
+    def _bracketed(self, text: str) -> str:
+        # Brackets round any run of fields, on a few lines: the company lines put a town in
+        # brackets and the tax lines a code, and a reader trained on those alone wrote a town
+        # whenever a receipt's bracket held something it read badly (`Total Sales (Inclusive of
+        # GST) :` read `Total Sales (melaka) s/b & 9.97`). Sometimes the closing one is cut off,
+        # as a detector's box cuts a line.
+        fields = text.split()
+        if len(fields) < 2 or self.rng.random() >= BRACKETED_SHARE:
+            return text
+        start = self.rng.randrange(len(fields))
+        end = min(len(fields), start + self.rng.randint(1, 3))
+        opening, closing = self.rng.choice([("(", ")"), ("(", ")"), ("(", ")"), ("[", "]")])
+        if end == len(fields) and self.rng.random() < 0.2:
+            closing = ""
+        inner = " ".join(fields[start:end])
+        return " ".join([*fields[:start], f"{opening}{inner}{closing}", *fields[end:]])
 
     def _spaces(self, text: str) -> str:
         # Receipts align columns with runs of spaces: mostly single, sometimes double, rarely more.
