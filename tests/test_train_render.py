@@ -240,3 +240,18 @@ def test_faint_marks_pale_the_dots_and_keep_the_letters(fonts: Path) -> None:
     for label in letters:
         assert np.array_equal(faint[labels == label], ink[labels == label])
     assert (faint <= ink).all()
+
+
+def test_a_dead_pin_leaves_a_row_without_ink_through_every_letter(fonts: Path) -> None:
+    size = 30
+    ink = _ink_of(fonts, "HEAL 12", 0.9, 0.9)  # no rule, no slant
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    renderer.rng = _Scripted(0.0, 0.1)  # type: ignore[assignment]  # one pin (< 0.7), at the top (< 0.5)
+    rows = np.where((ink > 0.5).any(axis=1))[0]
+    dead = renderer._dead_pins(ink, size)
+    thickness = round(size * ((0.05 + 0.12) / 2))  # _Scripted.uniform gives the middle
+    assert not (dead[rows[0] : rows[0] + thickness] > 0.5).any()  # the top rows are blank
+    assert (ink[rows[0] : rows[0] + thickness] > 0.5).any()  # where the letters had ink
+    assert (dead[rows[0] + thickness :] > 0.5).sum() == (ink[rows[0] + thickness :] > 0.5).sum()
+    # Every letter keeps its ink below the dead row: nearly every inked column still holds ink.
+    assert (dead > 0.5).any(axis=0).sum() > 0.9 * (ink > 0.5).any(axis=0).sum()
