@@ -114,3 +114,17 @@ def test_brackets_hold_any_fields_not_mostly_a_town() -> None:
     assert len({text.upper() for text in inside}) > 0.6 * len(inside)  # not a closed list either
     assert any(" " in text.strip() for text in inside)  # runs of several fields
     assert any("[" in line for line in lines)
+
+
+def test_web_and_mail_addresses_appear_in_lower_and_upper_case() -> None:
+    # A reader that had never seen an address read `FACEBOOK.COM/BARWANGRICE` as words.
+    source = TextSource(13)
+    lines = [source.line_of("web") for _ in range(300)]
+    mail = [line for line in lines if re.search(r"[\w.-]+@[\w-]+\.[a-z.]+$", line, re.IGNORECASE)]
+    urls = [line for line in lines if re.search(r"(https?://|www\.)[\w.-]+\.[a-z]", line, re.IGNORECASE)]
+    assert len(mail) > 50 and len(urls) > 50
+    assert any(line == line.lower() for line in lines) and any(line == line.upper() for line in lines)
+    assert any(re.match(r"(E-?MAIL|WEB(SITE)?|E|W)\s?:", line) for line in lines)  # after a label
+    assert len(set(lines)) > 280  # addresses made of words, not a list of them
+    everyday = _lines(TextSource(14), 3000)
+    assert 20 < sum("@" in line and "." in line.split("@")[-1] for line in everyday) < 200

@@ -275,6 +275,22 @@ _ZH_LABELS = (
     "谢谢惠顾",
 )
 _PUNCT = ".,:;-/()#&*%@+='\"!?[]<>_|"
+# Web and mail addresses as receipts print them under the shop's name or at the foot.
+_DOMAINS = ("com", "com", "com", "com.my", "my", "net", "org", "co", "com.sg", "biz", "net.my")
+_MAIL_HOSTS = ("gmail.com", "yahoo.com", "hotmail.com", "outlook.com", "live.com", "streamyx.com")
+_SITES = ("facebook.com", "m.facebook.com", "instagram.com", "twitter.com", "fb.com")
+_WEB_LABELS = (
+    "E:",
+    "EMAIL:",
+    "E-MAIL:",
+    "EMAIL :",
+    "WEBSITE:",
+    "WEB:",
+    "W:",
+    "VISIT US AT",
+    "FOLLOW US",
+    "EMAIL US:",
+)
 
 
 class TextSource:
@@ -311,6 +327,7 @@ class TextSource:
             "code": (2, self.code_line),
             "fragment": (44, self.fragment),
             "shuffled": (8, self.shuffled),
+            "web": (4, self.web),
         }
 
     def line(self) -> str:
@@ -334,7 +351,7 @@ class TextSource:
 
     def line_of(self, kind: str) -> str:
         text = self.kinds[kind][1]()
-        if kind not in {"chinese", "mixed", "random"}:
+        if kind not in {"chinese", "mixed", "random", "web"}:  # web lines choose their own case
             text = self._case(self._bracketed(text))
         return self._spaces(text).strip() or "0"
 
@@ -555,6 +572,34 @@ class TextSource:
                 f"{self.rng.choice(string.ascii_uppercase)}{self._digits(4)}-{self._digits(3)}",
             ]
         )
+
+    def web(self) -> str:
+        """An e-mail or web address, sometimes after its label: receipts print both, in any case."""
+        rng = self.rng
+
+        def name() -> str:
+            parts = [self._word().lower() for _ in range(rng.randint(1, 2))]
+            joined = rng.choice(["", "", ".", "_", "-"]).join(parts)
+            return joined + (self._digits(rng.randint(1, 4)) if rng.random() < 0.3 else "")
+
+        host = f"{name()}.{rng.choice(_DOMAINS)}"
+        r = rng.random()
+        if r < 0.35:
+            text = f"{name()}@{rng.choice(_MAIL_HOSTS) if rng.random() < 0.5 else host}"
+        elif r < 0.6:
+            text = f"www.{host}"
+        elif r < 0.8:
+            path = "-".join(self._word().capitalize() for _ in range(rng.randint(1, 3)))
+            text = f"{rng.choice(['https', 'http'])}://{rng.choice(['', 'www.', 'm.'])}{host}/{path}"
+        else:
+            text = (
+                f"{rng.choice(_SITES)}/{''.join(self._word().capitalize() for _ in range(rng.randint(1, 3)))}"
+            )
+        case = rng.random()
+        text = text.lower() if case < 0.45 else text.upper() if case < 0.8 else text
+        if rng.random() < 0.35:
+            text = f"{rng.choice(_WEB_LABELS)} {text}"
+        return text
 
     def word_line(self) -> str:
         return " ".join(self._word() for _ in range(self.rng.randint(1, 7)))
