@@ -182,6 +182,7 @@ class _Scripted:
 
 
 def _ink_of(fonts: Path, text: str, *draws: float) -> np.ndarray:
+    """The ink of `text` drawn with scripted draws: rule?, [its kind], barcode?, slant?, in that order."""
     from train.render import _font
 
     mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
@@ -192,8 +193,8 @@ def _ink_of(fonts: Path, text: str, *draws: float) -> np.ndarray:
 
 def test_an_underline_runs_under_the_whole_text(fonts: Path) -> None:
     # Draws: a rule (0.0 < 0.15), of the underline kind (0.1 < 0.6), no slant (0.99).
-    ruled = _ink_of(fonts, "TAX (RM)", 0.0, 0.1, 0.99) > 0.5
-    plain = _ink_of(fonts, "TAX (RM)", 0.99, 0.99) > 0.5
+    ruled = _ink_of(fonts, "TAX (RM)", 0.0, 0.1, 0.99, 0.99) > 0.5
+    plain = _ink_of(fonts, "TAX (RM)", 0.99, 0.99, 0.99) > 0.5
     text_rows = np.where(plain.any(axis=1))[0]
     text_cols = np.where(plain.any(axis=0))[0]
     text_width = text_cols[-1] - text_cols[0] + 1
@@ -203,8 +204,8 @@ def test_an_underline_runs_under_the_whole_text(fonts: Path) -> None:
 
 
 def test_a_frame_closes_around_the_text(fonts: Path) -> None:
-    framed = _ink_of(fonts, "12.50", 0.0, 0.9, 0.99) > 0.5
-    plain = _ink_of(fonts, "12.50", 0.99, 0.99) > 0.5
+    framed = _ink_of(fonts, "12.50", 0.0, 0.9, 0.99, 0.99) > 0.5
+    plain = _ink_of(fonts, "12.50", 0.99, 0.99, 0.99) > 0.5
     rows, cols = np.where(plain)
     # Ink above, below, left and right of every glyph: the four sides of the box.
     assert framed[: rows.min()].any() and framed[rows.max() + 1 :].any()
@@ -212,8 +213,8 @@ def test_a_frame_closes_around_the_text(fonts: Path) -> None:
 
 
 def test_a_slanted_line_leans_right(fonts: Path) -> None:
-    upright = _ink_of(fonts, "|", 0.99, 0.99) > 0.5
-    slanted = _ink_of(fonts, "|", 0.99, 0.0) > 0.5  # no rule, a slant (0.0 < 0.08)
+    upright = _ink_of(fonts, "|", 0.99, 0.99, 0.99) > 0.5
+    slanted = _ink_of(fonts, "|", 0.99, 0.99, 0.0) > 0.5  # no rule, no barcode, a slant
 
     def lean(ink: np.ndarray) -> float:
         rows = np.where(ink.any(axis=1))[0]
@@ -226,7 +227,7 @@ def test_a_slanted_line_leans_right(fonts: Path) -> None:
 
 def test_faint_marks_pale_the_dots_and_keep_the_letters(fonts: Path) -> None:
     # Thermal receipts print ':' and '.' paler than the letters: the renderer fades small marks.
-    ink = _ink_of(fonts, "TEL : 12.55", 0.99, 0.99)  # no 0: DejaVu Sans Mono dots its zero
+    ink = _ink_of(fonts, "TEL : 12.55", 0.99, 0.99, 0.99)  # no 0: DejaVu Sans Mono dots its zero
     faint = LineRenderer._faint_marks(ink, 30, 0.3)
     strokes = ink > 0.5
     _, labels, stats, _ = cv2.connectedComponentsWithStats(strokes.astype(np.uint8))
@@ -244,7 +245,7 @@ def test_faint_marks_pale_the_dots_and_keep_the_letters(fonts: Path) -> None:
 
 def test_a_dead_pin_leaves_a_row_without_ink_through_every_letter(fonts: Path) -> None:
     size = 30
-    ink = _ink_of(fonts, "HEAL 12", 0.9, 0.9)  # no rule, no slant
+    ink = _ink_of(fonts, "HEAL 12", 0.9, 0.9, 0.9)  # no rule, barcode or slant
     renderer = LineRenderer(load_fonts(fonts), 1)
     renderer.rng = _Scripted(0.0, 0.1)  # type: ignore[assignment]  # one pin (< 0.7), at the top (< 0.5)
     rows = np.where((ink > 0.5).any(axis=1))[0]
@@ -255,3 +256,32 @@ def test_a_dead_pin_leaves_a_row_without_ink_through_every_letter(fonts: Path) -
     assert (dead[rows[0] + thickness :] > 0.5).sum() == (ink[rows[0] + thickness :] > 0.5).sum()
     # Every letter keeps its ink below the dead row: nearly every inked column still holds ink.
     assert (dead > 0.5).any(axis=0).sum() > 0.9 * (ink > 0.5).any(axis=0).sum()
+
+
+def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> None:
+    from PIL import Image, ImageDraw
+
+    from train.render import _font
+
+    mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
+    size = 30
+    font = _font(mono.path, mono.index, size)
+    sides = set()
+    for seed in range(12):
+        canvas = Image.new("L", (400, size * 4), 0)
+        draw = ImageDraw.Draw(canvas)
+        x0, y0, x1, y1 = (round(v) for v in draw.textbbox((40, size + size // 2), "9556123456789", font=font))
+        box = (x0, y0, x1, y1)
+        renderer = LineRenderer([mono], seed)
+        renderer._barcode(draw, box, size)
+        ink = np.asarray(canvas) > 0
+        above, below = ink[: box[1]], ink[box[3] + 1 :]
+        assert above.any() != below.any()  # one side only; the text itself was not drawn
+        bars = above if above.any() else below
+        sides.add("above" if above.any() else "below")
+        row = bars[np.where(bars.any(axis=1))[0][0]]
+        starts = np.flatnonzero(row[1:] & ~row[:-1])
+        assert len(starts) >= 10  # many bars, not a rule
+        columns = np.flatnonzero(bars.any(axis=0))
+        assert columns[0] <= box[0] and columns[-1] >= box[2] - size * 0.3  # under or over all digits
+    assert sides == {"above", "below"}

@@ -31,6 +31,8 @@ _FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
 TIGHT_CROP_SHARE = 0.15
 # Lines printed by a head with a dead pin: a row without ink through every letter (`_dead_pins`).
 DEAD_PIN_SHARE = 0.04
+# Lines with a barcode's bars just above or below them (`_barcode`).
+BARCODE_SHARE = 0.03
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ class LineRenderer:
             right = max(left + 1, round(x))
         if self.rng.random() < 0.15:
             self._rule(draw, (left, upper, right, lower), size)
+        if self.rng.random() < BARCODE_SHARE:
+            self._barcode(draw, (left, upper, right, lower), size)
         if neighbours:  # parts of the lines above and below that a loose detector box takes in
             filler = "".join(
                 self.rng.choice("ABCDEFGHKLMNPRSTUWXY0123456789 .:-") for _ in range(len(text) + 8)
@@ -175,6 +179,27 @@ class LineRenderer:
             draw.line([(left, upper - gap), (right, upper - gap)], fill=255, width=width)
         else:
             draw.rectangle([left, upper - gap, right, lower + gap], outline=255, width=width)
+
+    def _barcode(self, draw: ImageDraw.ImageDraw, box: tuple[float, float, float, float], size: int) -> None:
+        # A barcode's bars just above its digits (or below a line), as receipts print an item's
+        # or the receipt's code: a detector's box round the digits takes in the bars' ends (a
+        # SROIE `6605505001880000255018` under its bars was read `swoostsuppliest`).
+        rng = self.rng
+        left, upper, right, lower = box
+        height = size * rng.uniform(0.5, 1.2)
+        gap = size * rng.uniform(0.03, 0.3)
+        y0, y1 = (
+            (upper - gap - height, upper - gap)
+            if rng.random() < 0.75
+            else (lower + gap, lower + gap + height)
+        )
+        module = max(1, round(size * rng.uniform(0.03, 0.07)))
+        x = left - size * rng.uniform(0, 0.3)
+        end = right + size * rng.uniform(0, 0.3)
+        while x < end:
+            width = module * rng.randint(1, 4)
+            draw.rectangle([round(x), round(y0), round(x) + width - 1, round(y1)], fill=255)
+            x += width + module * rng.randint(1, 4)
 
     def _slant(self, ink: np.ndarray, middle: float) -> np.ndarray:
         # Oblique print (`TAX INVOICE` in italics heads many receipts): a shear about the text's
