@@ -128,3 +128,14 @@ def test_web_and_mail_addresses_appear_in_lower_and_upper_case() -> None:
     assert len(set(lines)) > 280  # addresses made of words, not a list of them
     everyday = _lines(TextSource(14), 3000)
     assert 20 < sum("@" in line and "." in line.split("@")[-1] for line in everyday) < 200
+
+
+def test_amounts_include_zeros_and_round_sums() -> None:
+    # Drawn uniformly, 0.00 never came up, and a reader read a clean `0.00` as `O.OO`.
+    source = TextSource(15)
+    amounts = [source._amount() for _ in range(2000)]
+    assert 0.04 < sum(amount == "0.00" for amount in amounts) / len(amounts) < 0.15
+    assert 0.2 < sum(amount.endswith(".00") for amount in amounts) / len(amounts) < 0.5
+    assert any(amount.endswith(".50") for amount in amounts)
+    assert len(set(amounts)) > 0.6 * len(amounts)  # still mostly any sum
+    assert any(line == "0.00" for line in _lines(TextSource(16), 5000))  # alone, as a column's field

@@ -17,6 +17,8 @@ from pathlib import Path
 _GB2312_L1_ROWS = range(0xB0, 0xD8)
 # The share of Latin lines with a run of their fields in brackets (`TextSource._bracketed`).
 BRACKETED_SHARE = 0.08
+# The share of amounts that are 0.00 (`TextSource._amount`); a fifth more are whole and a tenth end in .50.
+AMOUNT_ZERO_SHARE = 0.08
 
 
 def common_chinese(limit: int | None = None) -> list[str]:
@@ -402,6 +404,16 @@ class TextSource:
         value = self.rng.choice(
             [self.rng.uniform(0, 20), self.rng.uniform(0, 300), self.rng.uniform(0, 20000)]
         )
+        # Receipts print many round sums and zeros (cash tendered 50.00, rounding 0.00, a
+        # discount of 0.00); drawn uniformly they never came up, and a reader read a clean `0.00`
+        # as `O.OO`.
+        r = self.rng.random()
+        if r < AMOUNT_ZERO_SHARE:
+            value = 0.0
+        elif r < 0.25:
+            value = float(round(value))
+        elif r < 0.35:
+            value = round(value * 2) / 2
         return f"{value:,.2f}" if value >= 1000 and self.rng.random() < 0.6 else f"{value:.2f}"
 
     def _money(self) -> str:
