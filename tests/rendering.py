@@ -13,7 +13,16 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 LATIN_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+MONO_FONT = LATIN_FONT.with_name("DejaVuSansMono.ttf")
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+
+
+def link_fonts(folder: Path, chinese: bool) -> Path:
+    """`folder` as a fonts folder for train/ (load_fonts): DejaVu Sans Mono and Sans, and WenQuanYi
+    Micro Hei when `chinese` and installed. The caller skips when MONO_FONT is missing."""
+    for font in (MONO_FONT, LATIN_FONT, *([CJK_FONT] if chinese and CJK_FONT.exists() else [])):
+        (folder / font.name).symlink_to(font)
+    return folder
 
 
 @dataclass

@@ -7,20 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.rendering import MONO_FONT, link_fonts
 from train.probe_faces import draw_clean, misreads, probe_lines
 from train.render import LINE_HEIGHT, load_fonts
-
-_DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
 
 
 @pytest.fixture(scope="module")
 def fonts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (_DEJAVU / "DejaVuSansMono.ttf").exists():
+    if not MONO_FONT.exists():
         pytest.skip("fonts-dejavu-core is not installed")
-    folder = tmp_path_factory.mktemp("fonts")
-    for name in ("DejaVuSansMono.ttf", "DejaVuSans.ttf"):
-        (folder / name).symlink_to(_DEJAVU / name)
-    return folder
+    return link_fonts(tmp_path_factory.mktemp("fonts"), chinese=False)
 
 
 def test_a_string_is_drawn_black_on_white_with_the_margin_round_its_ink(fonts: Path) -> None:

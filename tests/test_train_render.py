@@ -9,25 +9,16 @@ import numpy as np
 import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
+from tests.rendering import MONO_FONT, link_fonts
 from train.line_shapes import line_shape
 from train.render import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
-
-# Fonts the appliance's own tests already rely on: DejaVu (Debian fonts-dejavu-core) and, where
-# installed, WenQuanYi Micro Hei for Chinese.
-_DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
-_WQY = Path("/usr/share/fonts/truetype/wqy")
 
 
 @pytest.fixture(scope="module")
 def fonts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (_DEJAVU / "DejaVuSansMono.ttf").exists():
+    if not MONO_FONT.exists():
         pytest.skip("fonts-dejavu-core is not installed")
-    folder = tmp_path_factory.mktemp("fonts")
-    for name in ("DejaVuSansMono.ttf", "DejaVuSans.ttf"):
-        (folder / name).symlink_to(_DEJAVU / name)
-    if (_WQY / "wqy-microhei.ttc").exists():
-        (folder / "wqy-microhei.ttc").symlink_to(_WQY / "wqy-microhei.ttc")
-    return folder
+    return link_fonts(tmp_path_factory.mktemp("fonts"), chinese=True)
 
 
 @pytest.mark.parametrize(("height", "width"), [(10, 30), (28, 100), (40, 400), (56, 1000), (13, 333)])
