@@ -60,6 +60,11 @@ def load_fonts(folder: Path) -> list[FontInfo]:
     return fonts
 
 
+def _middle_band(size: int) -> slice:
+    """The canvas rows of the line being read (drawn from 1.1 x size down), not of its neighbours."""
+    return slice(size, int(size * 2.3))
+
+
 @functools.lru_cache(maxsize=512)
 def _font(path: Path, index: int, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(str(path), size=size, index=index)
@@ -235,11 +240,11 @@ class LineRenderer:
         # of the line at the same height; worn heads lose the top row most often. One SROIE
         # receipt prints every line so, the capitals' tops missing (`GUARDIAN` read `bUard1an`,
         # `ROUNDING ADJUSTMENTS` read `KIMPI HN RIJUUS1MEJ`): ten of the fifty worst-read lines.
-        band = ink[int(size * 1.0) : int(size * 2.3)]
-        rows = np.where((band > 0.5).any(axis=1))[0]
+        band = _middle_band(size)
+        rows = np.where((ink[band] > 0.5).any(axis=1))[0]
         if rows.size < 4:
             return ink
-        first, last = int(rows[0] + size * 1.0), int(rows[-1] + size * 1.0)
+        first, last = int(rows[0]) + band.start, int(rows[-1]) + band.start
         out = ink.copy()
         for _ in range(1 if self.rng.random() < 0.7 else 2):
             thickness = max(1, round(size * self.rng.uniform(0.05, 0.12)))
@@ -296,15 +301,15 @@ class LineRenderer:
         # above and below (some receipts' boxes are that loose; the worst-read receipt lines of
         # the 30,082-step fine-tuned model included such crops, read as garbage).
         h, w = image.shape
-        band = image[int(size * 1.0) : int(size * 2.3)]
-        inked = np.abs(band - paper) > 30  # darker print, or lighter on a dark band
+        band = _middle_band(size)
+        inked = np.abs(image[band] - paper) > 30  # darker print, or lighter on a dark band
         cols = np.where(inked.any(axis=0))[0]
         rows = np.where(inked.any(axis=1))[0]
         if cols.size == 0 or rows.size == 0:
             x0, x1, y0, y1 = size, w - size, int(size * 1.1), int(size * 2.2)
         else:
             x0, x1 = int(cols[0]), int(cols[-1]) + 1
-            y0, y1 = int(rows[0] + size * 1.0), int(rows[-1] + size * 1.0) + 1
+            y0, y1 = int(rows[0]) + band.start, int(rows[-1]) + band.start + 1
 
         def slack(scale: float) -> int:
             # A text detector's box is the ink's give or take a pixel, or a little looser (DB's
