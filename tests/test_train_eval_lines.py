@@ -22,3 +22,17 @@ def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
     common = dict(breakdown["common"])
     assert common["'.' lost"] == 1
     assert common["'0'->'o'"] == 1
+
+
+def test_the_worst_lines_are_those_with_the_most_edits_case_and_spaces_aside() -> None:
+    from train.eval_lines import worst_lines
+
+    lines = [
+        ("a.jpg", "TOTAL 12.50", "total 12.50"),  # case and spaces: no edit
+        ("b.jpg", "CASH", "CRSH"),
+        ("c.jpg", "GUARDIAN", "bUard1an"),
+        ("d.jpg", "0.00", "O.OO"),
+    ]
+    assert worst_lines(lines, 2) == [(3, "d.jpg", "0.00", "O.OO"), (2, "c.jpg", "GUARDIAN", "bUard1an")]
+    ranked = [line[:2] for line in worst_lines(lines, 9)]
+    assert ranked == [(3, "d.jpg"), (2, "c.jpg"), (1, "b.jpg"), (0, "a.jpg")]  # no more than there are

@@ -1,6 +1,6 @@
 """Greedy-reads a folder of line crops with a trained export and prints its character error rates.
 
-    python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F]
+    python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F] [--worst N]
 
 `crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
 `train.render.prepare_line`, the same contract as in training and in the appliance's caller.
@@ -66,6 +66,15 @@ def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: i
         "long_lines_over_half_wrong": long_lost_lines,
         "common": counts.most_common(top),
     }
+
+
+def worst_lines(lines: Sequence[tuple[str, str, str]], count: int) -> list[tuple[int, str, str, str]]:
+    """The `count` (file, truth, read) lines with the most edits as `cer` counts them, most first."""
+    scored = [
+        (Levenshtein.distance(normalize(truth, True), normalize(read, True)), name, truth, read)
+        for name, truth, read in lines
+    ]
+    return sorted(scored, key=lambda line: -line[0])[:count]
 
 
 def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
@@ -155,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pad", action="store_true", help="widen batches with white (quick, not exact)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--x-scale", type=float, default=1.0, help="stretch crops horizontally first")
+    parser.add_argument("--worst", type=int, default=0, help="print the N lines with the most edits")
     args = parser.parse_args(argv)
     import torch
 
@@ -166,15 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started
     pairs = [(c[1], t) for c, t in zip(crops, texts, strict=True)]
+    breakdown = edit_breakdown(pairs)
     report = {
         "lines": len(pairs),
         "cer_nospace_ci": round(cer(pairs), 4),
         "cer_spaced_ci": round(cer(pairs, spaced=True), 4),
         "exact_lines": sum(normalize_spaced(t, True) == normalize_spaced(h, True) for t, h in pairs),
         "seconds": round(seconds, 2),
-        "edits": edit_breakdown(pairs),
+        "edits": breakdown,
     }
     print(json.dumps(report, ensure_ascii=False))
+    if args.worst:
+        worst = worst_lines([(c[0], c[1], t) for c, t in zip(crops, texts, strict=True)], args.worst)
+        for edits, name, truth, read in worst:
+            print(f"{edits:4d} {name} {truth!r} read {read!r}")
+        print(f"{sum(line[0] for line in worst)} of {breakdown['edits']} edits on these {len(worst)} lines")
     out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
