@@ -239,7 +239,7 @@ class LineRenderer:
         # A print head with a dead pin (dot-matrix) leaves a row without ink through every letter
         # of the line at the same height; worn heads lose the top row most often. One SROIE
         # receipt prints every line so, the capitals' tops missing (`GUARDIAN` read `bUard1an`,
-        # `ROUNDING ADJUSTMENTS` read `KIMPI HN RIJUUS1MEJ`): ten of the fifty worst-read lines.
+        # `ROUNDING ADJUSTMENTS` read `KIMPI HN RIJUUS1MEJ`): 13 of the 50 worst-read lines.
         band = _middle_band(size)
         rows = np.where((ink[band] > 0.5).any(axis=1))[0]
         if rows.size < 4:
