@@ -24,10 +24,20 @@ def test_the_channel_order_is_kept() -> None:
 
 def test_a_prepared_line_is_prepared_again_unchanged() -> None:
     crop = np.random.default_rng(1).integers(0, 256, (33, 410, 3), dtype=np.uint8)
-    once = prepare_line(crop)
-    assert np.array_equal(prepare_line(once), once)
+    once = prepare_line(crop, stretch=1.0)
+    assert np.array_equal(prepare_line(once, stretch=1.0), once)
 
 
 def test_short_and_long_lines_stay_within_8_and_40_tokens() -> None:
     assert prepare_line(np.zeros((28, 10, 3), np.uint8)).shape[1] == MIN_WIDTH
     assert prepare_line(np.zeros((28, 5000, 3), np.uint8)).shape[1] == MAX_WIDTH
+
+
+def test_a_stretch_widens_the_line_by_its_factor_within_40_tokens() -> None:
+    crop = np.zeros((20, 300, 3), np.uint8)  # 420 px wide at height 28, ink to the right edge
+    plain = prepare_line(crop, stretch=1.0)
+    wide = prepare_line(crop, stretch=1.5)
+    assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
+    assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
+    assert wide.shape == (LINE_HEIGHT, 644, 3)  # 630 px padded to 23 tokens
+    assert prepare_line(np.zeros((28, 900, 3), np.uint8), stretch=1.5).shape[1] == MAX_WIDTH

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
-from train.render import LineRenderer, load_fonts, prepare_line
+from train.render import LINE_STRETCH, LineRenderer, load_fonts, prepare_line
 from train.step import batch_indices
 from train.text_source import TextSource
 
@@ -71,10 +71,17 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
     """
 
     def __init__(  # noqa: PLR0917 - constructed in two places, both by keyword-free position
-        self, tokenizer: Any, fonts: Path, words: Path | None, batch: int, seed: int, pool: int = 8
+        self,
+        tokenizer: Any,
+        fonts: Path,
+        words: Path | None,
+        batch: int,
+        seed: int,
+        pool: int = 8,
+        stretch: float = LINE_STRETCH,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
-        self.batch, self.seed, self.pool = batch, seed, pool
+        self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -89,7 +96,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
                 # bug that skipped many lines would bend the data (the empty crop was one).
                 print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
-            yield Sample(text, prepare_line(image))
+            yield Sample(text, prepare_line(image, self.stretch))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from bench.text_forms import normalize
-from train.render import FontInfo, _font, load_fonts, prepare_line
+from train.render import LINE_STRETCH, FontInfo, _font, load_fonts, prepare_line
 
 # Receipt strings whose zeros, colons and dots a reader must tell from letters.
 DEFAULT_TEXTS = (
@@ -48,14 +48,16 @@ def draw_clean(text: str, info: FontInfo, size: int, margin: float) -> np.ndarra
 
 
 def probe_lines(
-    fonts: Sequence[FontInfo], texts: Sequence[str], size: int, margin: float
+    fonts: Sequence[FontInfo], texts: Sequence[str], size: int, margin: float, stretch: float = LINE_STRETCH
 ) -> list[tuple[str, str, np.ndarray]]:
     """(face file name, text, prepared image) for each text in each face whose cmap covers it."""
     lines = []
     for info in fonts:
         for text in texts:
             if {ord(c) for c in text if not c.isspace()} <= info.chars:
-                lines.append((info.path.name, text, prepare_line(draw_clean(text, info, size, margin))))
+                lines.append(
+                    (info.path.name, text, prepare_line(draw_clean(text, info, size, margin), stretch))
+                )
     return lines
 
 
@@ -75,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    from train.eval_lines import load_export, read_lines
+    from train.eval_lines import export_stretch, load_export, read_lines
 
-    lines = probe_lines(load_fonts(args.fonts), args.text or DEFAULT_TEXTS, args.size, args.margin)
+    texts_in = args.text or DEFAULT_TEXTS
+    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, export_stretch(args.hf))
     model, tokenizer = load_export(args.hf, args.device)
     texts = read_lines(model, tokenizer, [image for _, _, image in lines])
     wrong = misreads([(face, text, read) for (face, text, _), read in zip(lines, texts, strict=True)])

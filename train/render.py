@@ -19,9 +19,23 @@ from PIL import Image, ImageDraw, ImageFont
 # The model-input contract lives with the engine that sends lines to the model; training lines go
 # through the same function. Re-exported for train/'s callers.
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
-from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, prepare_line
+from appliance.engines.vlm_gguf.line_image import (
+    LINE_HEIGHT,
+    LINE_STRETCH,
+    MAX_WIDTH,
+    MIN_WIDTH,
+    prepare_line,
+)
 
-__all__ = ["LINE_HEIGHT", "MAX_WIDTH", "MIN_WIDTH", "LineRenderer", "load_fonts", "prepare_line"]
+__all__ = [
+    "LINE_HEIGHT",
+    "LINE_STRETCH",
+    "MAX_WIDTH",
+    "MIN_WIDTH",
+    "LineRenderer",
+    "load_fonts",
+    "prepare_line",
+]
 
 _FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
 # Lines cut to the detector's box alone, with no margin: what another caller may send. The rest

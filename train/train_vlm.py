@@ -39,8 +39,9 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from train.data import SyntheticLines, worker_init  # noqa: E402
-from train.eval_lines import cer, read_lines  # noqa: E402
+from train.eval_lines import cer, read_lines, write_line_input  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
+from train.render import LINE_STRETCH  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -109,7 +110,9 @@ def _schedule(total: int, warmup: int) -> Any:
 
 
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
-    lines = SyntheticLines(tokenizer, args.fonts, args.words, 1, _HELD_OUT_SEED).samples(0)
+    lines = SyntheticLines(
+        tokenizer, args.fonts, args.words, 1, _HELD_OUT_SEED, stretch=args.line_stretch
+    ).samples(0)
     return list(islice(lines, args.eval_lines))
 
 
@@ -121,8 +124,8 @@ def evaluate(model: Any, tokenizer: Any, held_out: list[Any], batch: int) -> tup
     return cer(pairs), cer(pairs, spaced=True), texts
 
 
-def export(model: Any, tokenizer_dir: Path, out: Path) -> None:
-    """HF export (fp32 weights: the model is small), tokenizer files and preprocessor_config.json."""
+def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float) -> None:
+    """HF export (fp32 weights: the model is small), tokenizer, preprocessor and line-input files."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
@@ -130,6 +133,7 @@ def export(model: Any, tokenizer_dir: Path, out: Path) -> None:
         shutil.copy2(item, tmp / item.name)
     force_tokenizer_config(tmp)
     (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
+    write_line_input(tmp, stretch)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
@@ -215,6 +219,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--total-steps", type=int, default=20000, help="length of the cosine schedule")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
+    parser.add_argument(
+        "--line-stretch",
+        type=float,
+        default=LINE_STRETCH,
+        help="lines drawn this much wider than their aspect (prepare_line's stretch; kept in the export)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -290,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
     # A resumed run draws new lines: the data seed moves with the step it starts from.
-    data = SyntheticLines(tokenizer, args.fonts, args.words, args.batch, args.seed * 100003 + step)
+    data = SyntheticLines(
+        tokenizer, args.fonts, args.words, args.batch, args.seed * 100003 + step, stretch=args.line_stretch
+    )
     loader = DataLoader(
         data,
         batch_size=None,
@@ -370,14 +382,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-            export(model, tokenizer_dir, args.out / "hf")  # a call cut short still leaves a model
+            export(
+                model, tokenizer_dir, args.out / "hf", args.line_stretch
+            )  # a call cut short still leaves a model
         # Leave room for the checkpoint and export (~15 s) and the final evaluation, as long as the
         # last one took (an untrained model writes all 160 tokens of every line).
         if time.monotonic() - _STARTED + 20.0 + eval_seconds + 5 * step_seconds > budget:
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-    export(model, tokenizer_dir, args.out / "hf")
+    export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
     nospace, spaced, _ = evaluate(model, tokenizer, held_out, 128)
     _log(
         args.out,

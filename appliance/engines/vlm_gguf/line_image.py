@@ -4,8 +4,9 @@ A Qwen2-VL line reader (train/ makes one) sees a line as one row of 28 x 28 px t
 would otherwise resize a crop to its own token grid (and a 40 px high line to two rows of tokens),
 so the caller sizes the crop exactly: height 28 with the aspect kept, white on the right to a
 multiple of 28 px and at least 224 px (8 tokens); a line wider than 1,120 px (40 tokens) is
-squeezed horizontally, keeping the glyphs' height, which is what the model reads best. train/
-renders its training lines through this same function.
+squeezed horizontally, keeping the glyphs' height, which is what the model reads best. A stretch
+widens the line before that (`stretch`), so that a glyph spans more of a token's pixels; a model is
+read at the stretch it was trained at. train/ renders its training lines through this same function.
 """
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ import numpy as np
 LINE_HEIGHT = 28
 MIN_WIDTH = 224
 MAX_WIDTH = 28 * 40
+# How much wider than its aspect a line is drawn: the `qwen2vl_line` family's contract.
+LINE_STRETCH = 1.0
 
 
-def prepare_line(crop: np.ndarray) -> np.ndarray:
+def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> np.ndarray:
     """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
 
-    The channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the same in both).
+    The width is the crop's aspect times `stretch`, at most MAX_WIDTH. The channel order is kept: a
+    BGR crop comes back BGR, an RGB one RGB (white is the same in both).
     """
     if crop.ndim == 2:
         crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
     elif crop.shape[2] == 4:
         crop = np.ascontiguousarray(crop[:, :, :3])
     h, w = crop.shape[:2]
-    width = max(1, round(w * LINE_HEIGHT / max(h, 1)))
+    width = max(1, round(w * stretch * LINE_HEIGHT / max(h, 1)))
     width = min(width, MAX_WIDTH)
     shrinking = h > LINE_HEIGHT or w > width
     resized = cv2.resize(
