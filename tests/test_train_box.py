@@ -1,0 +1,82 @@
+"""train/box.sh: a training run started in one call, left running, and collected by a later call."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Stands in for .train-carry/run.sh (which needs a GPU box's torch): it records how it was called
+# and writes an export part where run.sh writes them.
+FAKE_RUN = """#!/bin/bash
+set -e
+printf '%s\\n' "$@" > "$OUT/args.txt"
+echo "MINUTES=$MINUTES" > "$OUT/env.txt"
+echo "[ 1.0s] final step 5" > "$OUT/console.txt"
+echo part > "$OUT/hf_bf16.tgz.part-aa"
+"""
+
+
+def _checkout(root: Path) -> Path:
+    checkout = root / "checkout"
+    (checkout / "train" / "weights").mkdir(parents=True)
+    (checkout / "train" / "box.sh").write_bytes((REPO / "train" / "box.sh").read_bytes())
+    with tarfile.open(checkout / "train" / "weights" / "line_reader_hf_bf16.tgz", "w:gz") as archive:
+        data = b'{"stretch": 1.5}\n'
+        info = tarfile.TarInfo("hf_bf16/line_input.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    carry = checkout / ".train-carry"
+    carry.mkdir()
+    (carry / "run.sh").write_text(FAKE_RUN)
+    (carry / "run.sh").chmod(0o755)
+    return checkout
+
+
+def _box(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "train/box.sh", *args],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_run_started_in_one_call_is_collected_in_a_later_one(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(out), "MINUTES": "3"}
+    assert _box(checkout, env, "start").returncode == 2  # nothing stashed yet: said, not started
+    assert _box(checkout, env, "stash").returncode == 0
+    started = _box(checkout, env, "start", "--init-from", "x y", "--seed", "7")
+    assert started.returncode == 0, started.stderr
+    finished = _box(checkout, env, "finish")
+    assert finished.returncode == 0, finished.stderr
+    assert (out / "hf_bf16.tgz.part-aa").read_text() == "part\n"
+    run_out = tmp_path / "box" / "trainout"
+    assert (run_out / "args.txt").read_text().splitlines() == ["--init-from", "x y", "--seed", "7"]
+    assert (run_out / "env.txt").read_text() == "MINUTES=3\n"
+    assert (tmp_path / "box" / "init" / "hf_bf16" / "line_input.json").exists()
+    with tarfile.open(out / "logs.tgz") as logs:
+        assert "trainout/console.txt" in logs.getnames()
+
+
+def test_a_run_that_fails_makes_finish_fail(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    (checkout / ".train-carry" / "run.sh").write_text("#!/bin/bash\nexit 3\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(out)}
+    assert _box(checkout, env, "stash").returncode == 0
+    assert _box(checkout, env, "start").returncode == 0
+    finished = _box(checkout, env, "finish")
+    assert finished.returncode == 3 and "exited with 3" in finished.stderr
+    assert (out / "logs.tgz").exists() and not list(out.glob("hf_bf16.tgz.part-*"))
