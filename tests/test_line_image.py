@@ -11,7 +11,7 @@ from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WI
 @pytest.mark.parametrize("channels", [None, 3, 4])
 def test_grey_colour_and_alpha_crops_come_back_three_channels(channels: int | None) -> None:
     shape = (20, 200) if channels is None else (20, 200, channels)
-    out = prepare_line(np.zeros(shape, np.uint8))
+    out = prepare_line(np.zeros(shape, np.uint8), stretch=1.0)
     assert out.shape == (LINE_HEIGHT, 280, 3)
 
 

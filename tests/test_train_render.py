@@ -11,7 +11,7 @@ import pytest
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from tests.rendering import MONO_FONT, link_fonts
 from train.line_shapes import line_shape
-from train.render import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
+from train.render import LINE_HEIGHT, LINE_STRETCH, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,8 @@ def test_prepare_line_is_28_high_and_padded_white_to_a_multiple_of_28(height: in
     assert out.dtype == np.uint8
     assert out.shape[0] == LINE_HEIGHT and out.shape[2] == 3
     assert out.shape[1] % 28 == 0 and MIN_WIDTH <= out.shape[1] <= MAX_WIDTH
-    scaled = round(width * LINE_HEIGHT / height)
-    assert (out[:, :scaled] < 128).all()  # the line itself, at its aspect ratio
+    scaled = round(width * LINE_STRETCH * LINE_HEIGHT / height)
+    assert (out[:, :scaled] < 128).all()  # the line itself, at its aspect ratio times the stretch
     assert (out[:, scaled + 1 :] == 255).all()  # white padding on the right only
     assert out.shape[1] == max(MIN_WIDTH, -(-scaled // 28) * 28)
 
