@@ -11,7 +11,15 @@ import pytest
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from tests.rendering import MONO_FONT, link_fonts
 from train.line_shapes import line_shape
-from train.render import LINE_HEIGHT, LINE_STRETCH, MAX_WIDTH, MIN_WIDTH, LineRenderer, load_fonts, prepare_line
+from train.render import (
+    LINE_HEIGHT,
+    LINE_STRETCH,
+    MAX_WIDTH,
+    MIN_WIDTH,
+    LineRenderer,
+    load_fonts,
+    prepare_line,
+)
 
 
 @pytest.fixture(scope="module")
