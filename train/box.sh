@@ -30,7 +30,11 @@ start)
     echo "started; init export in $BOX/init/hf_bf16" ;;
 poll)
     sleep "${1:-530}"
-    tail -n 4 "$RUNOUT/console.txt" 2>/dev/null || tail -n 4 "$BOX/run.log" ;;
+    tail -n 4 "$RUNOUT/console.txt" 2>/dev/null || tail -n 4 "$BOX/run.log"
+    # The GPU's own count (every process on it), beside the trainer's torch peak in the console.
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    fi ;;
 finish)
     while [ ! -e "$RUNOUT/done" ]; do sleep 5; done
     tail -n 6 "$RUNOUT/console.txt" 2>/dev/null || tail -n 6 "$BOX/run.log"
