@@ -60,6 +60,7 @@ def test_a_run_started_in_one_call_is_collected_in_a_later_one(tmp_path: Path) -
     assert started.returncode == 0, started.stderr
     finished = _box(checkout, env, "finish")
     assert finished.returncode == 0, finished.stderr
+    assert "final step 5" in _box(checkout, env, "poll", "0").stdout  # the run's console, after the wait
     assert (out / "hf_bf16.tgz.part-aa").read_text() == "part\n"
     run_out = tmp_path / "box" / "trainout"
     assert (run_out / "args.txt").read_text().splitlines() == ["--init-from", "x y", "--seed", "7"]
