@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from train.data import SyntheticLines, worker_init  # noqa: E402
-from train.eval_lines import cer, read_lines, write_line_input  # noqa: E402
+from train.eval_lines import cer, export_stretch, read_lines, write_line_input  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
 from train.render import LINE_STRETCH  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
@@ -296,7 +296,12 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(step):
                 scheduler.step()
-        _log(args.out, f"weights from {args.init_from}, schedule at step {step}")
+        trained_at = export_stretch(args.init_from)
+        _log(
+            args.out,
+            f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch}),"
+            f" schedule at step {step}",
+        )
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
     # A resumed run draws new lines: the data seed moves with the step it starts from.
@@ -382,9 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-            export(
-                model, tokenizer_dir, args.out / "hf", args.line_stretch
-            )  # a call cut short still leaves a model
+            # A call cut short still leaves a model.
+            export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
         # Leave room for the checkpoint and export (~15 s) and the final evaluation, as long as the
         # last one took (an untrained model writes all 160 tokens of every line).
         if time.monotonic() - _STARTED + 20.0 + eval_seconds + 5 * step_seconds > budget:
