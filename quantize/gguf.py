@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import get_args
 
 from appliance.engines.vlm_gguf.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
+from appliance.engines.vlm_gguf.line_image import trained_stretch
+from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -170,7 +172,19 @@ def _convert(args: argparse.Namespace) -> int:
     if args.draft_hf is not None:
         draft = convert(args.draft_hf, "draft")
     name = args.name or args.hf.resolve().name
-    written = [_manifest_for(out, f"{name}-{outtype}", args.family, model=model, mmproj=mmproj, draft=draft)]
+    # A line reader is read at the stretch it was trained at: its export says which.
+    stretch = trained_stretch(args.hf) if profile_for(args.family).line_input else None
+    written = [
+        _manifest_for(
+            out,
+            f"{name}-{outtype}",
+            args.family,
+            model=model,
+            mmproj=mmproj,
+            draft=draft,
+            line_stretch=stretch,
+        )
+    ]
     for quant in args.quant or []:
         quant_dir = out / quant.lower()
         quant_model = quantize_gguf(model, quant_dir / f"model-{quant}.gguf", quant)
@@ -186,6 +200,7 @@ def _convert(args: argparse.Namespace) -> int:
                 model=quant_model,
                 mmproj=quant_mmproj,
                 draft=quant_draft,
+                line_stretch=stretch,
             )
         )
     for manifest in written:
@@ -194,13 +209,26 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _manifest_for(
-    folder: Path, name: str, family: str, *, model: Path, mmproj: Path, draft: Path | None
+    folder: Path,
+    name: str,
+    family: str,
+    *,
+    model: Path,
+    mmproj: Path,
+    draft: Path | None,
+    line_stretch: float | None,
 ) -> VlmManifest:
     files = {"model": model, "mmproj": mmproj}
     if draft is not None:
         files["draft"] = draft
     return write_vlm_manifest(
-        folder / "manifest.json", name, family, files, origin="quantize.gguf convert", verify=True
+        folder / "manifest.json",
+        name,
+        family,
+        files,
+        origin="quantize.gguf convert",
+        verify=True,
+        line_stretch=line_stretch,
     )
 
 

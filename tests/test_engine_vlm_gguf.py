@@ -262,23 +262,37 @@ def test_lines_read_side_by_side_read_as_each_alone_and_the_head_stays() -> None
         together.close()
 
 
-def test_a_line_reader_gets_each_crop_at_its_trained_size() -> None:
-    """qwen2vl_line sizes a crop as train/ does: 28 px high, stretched, whole tokens, 8 to 40 of them."""
+def test_a_line_reader_gets_each_crop_at_its_trained_size(tmp_path: Path) -> None:
+    """qwen2vl_line sizes a crop as train/ does: 28 px high, whole tokens, 8 to 40 of them, at the
+    stretch its manifest records (1.0 where it records none, as models from before the stretch)."""
     rng = np.random.default_rng(0)
     small = rng.integers(0, 256, (40, 300, 3), dtype=np.uint8)
     large = cv2.resize(small, (600, 80))  # the same line scanned at twice the resolution
     long_line = rng.integers(0, 256, (30, 3000, 3), dtype=np.uint8)
+    stretched = tmp_path / "stretched"
+    shutil.copytree(FIXTURES / "qwen2vl", stretched)
+    files = {role: stretched / f"{role}-f32.gguf" for role in ("model", "mmproj")}
+    write_vlm_manifest(stretched / "manifest.json", "qwen2vl-line", "qwen2vl_line", files, line_stretch=1.5)
     line = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
+    wide = _engine("qwen2vl", stretched, draft={"source": "none"}, image_max_side=0)
     page = _engine("qwen2vl", draft={"source": "none"}, image_max_side=0)
     try:
         tokens = [line.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large, long_line)]
-        # 300 x 40 -> 210 x 28, stretched by 1.5 to 315, padded to 336: 12 tokens at either resolution;
-        # 3,000 x 30 is squeezed to 40.
-        assert tokens == [12, 12, 40]
+        # 300 x 40 -> 210 x 28, padded to 224: 8 tokens at either resolution; 3,000 x 30 is squeezed to 40.
+        assert tokens == [8, 8, 40]
+        # Stretched by 1.5: 315 px, padded to 336, 12 tokens; the long line stays at the cap.
+        assert [
+            wide.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large, long_line)
+        ] == [
+            12,
+            12,
+            40,
+        ]
         as_page = [page.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large)]
         assert as_page[0] != as_page[1]  # a page profile lets llama.cpp size the image itself
     finally:
         line.close()
+        wide.close()
         page.close()
 
 

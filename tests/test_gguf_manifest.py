@@ -260,3 +260,17 @@ def test_paddleocr_vl_set_reads_as_its_architectures() -> None:
     assert (model.architecture, draft.architecture) == ("paddleocr", "ernie4_5")
     assert model.vocab_sha256 == draft.vocab_sha256
     assert mmproj.projector_type == "paddleocr"
+
+
+def test_a_line_readers_stretch_is_written_read_back_and_checked(tmp_path: Path) -> None:
+    folder = copy_set("qwen2vl", tmp_path)
+    files = {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj")}
+    write_vlm_manifest(folder / "line.json", "line", "qwen2vl_line", files, line_stretch=1.5)
+    assert load_vlm_manifest(folder / "line.json").line_stretch == 1.5
+    assert load_vlm_manifest(FIXTURES / "qwen2vl" / "manifest.json").line_stretch is None
+    for bad in (0, -1.5, "1.5", True):
+        document = json.loads((folder / "line.json").read_text())
+        document["line_stretch"] = bad
+        (folder / "bad.json").write_text(json.dumps(document))
+        with pytest.raises(ModelError, match="line_stretch"):
+            load_vlm_manifest(folder / "bad.json")

@@ -174,3 +174,26 @@ def test_manifest_subcommand_refuses_a_wrong_set(tmp_path: Path, capsys: pytest.
     assert code == 5
     assert "a draft must share the model's tokenizer" in capsys.readouterr().err
     assert not (tmp_path / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("family", "recorded", "expected"), [("qwen2vl_line", 1.5, 1.5), ("qwen2vl", 1.5, None)]
+)
+def test_convert_carries_a_line_readers_trained_stretch_into_its_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, recorded: float, expected: float | None
+) -> None:
+    import quantize.gguf as gguf_module
+    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
+
+    def converter(hf_dir: Path, outfile: Path, *, mmproj: bool = False, **_: object) -> Path:
+        shutil.copy(FIXTURES / "qwen2vl" / f"{'mmproj' if mmproj else 'model'}-f32.gguf", outfile)
+        return outfile
+
+    monkeypatch.setattr(gguf_module, "convert_hf_checkpoint", converter)
+    monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
+    export = tmp_path / "export"
+    export.mkdir()
+    write_trained_stretch(export, recorded)
+    out = tmp_path / "out"
+    assert main(["convert", "--hf", str(export), "--family", family, "--out", str(out)]) == 0
+    assert load_vlm_manifest(out / "manifest.json").line_stretch == expected  # a page model has none

@@ -44,16 +44,17 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     import cv2
     import numpy as np
 
-    from train.eval_lines import export_stretch, load_crops, write_line_input
+    from appliance.engines.vlm_gguf.line_image import trained_stretch, write_trained_stretch
+    from train.eval_lines import load_crops
 
-    assert export_stretch(tmp_path) == 1.0  # an export from before the stretch was recorded
-    write_line_input(tmp_path, 1.5)
-    assert export_stretch(tmp_path) == 1.5
+    assert trained_stretch(tmp_path) == 1.0  # an export from before the stretch was recorded
+    write_trained_stretch(tmp_path, 1.5)
+    assert trained_stretch(tmp_path) == 1.5
     crops = tmp_path / "crops"
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 300, 3), np.uint8))
     (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
     ((_, _, plain),) = load_crops(crops, stretch=1.0)
-    ((_, _, wide),) = load_crops(crops, stretch=export_stretch(tmp_path))
+    ((_, _, wide),) = load_crops(crops, stretch=trained_stretch(tmp_path))
     assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()

@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
+from appliance.engines.vlm_gguf.line_image import trained_stretch
 from bench.text_forms import normalize, normalize_spaced
 from train.make_crops import read_crops
 from train.render import LINE_STRETCH, prepare_line
@@ -75,22 +76,6 @@ def worst_lines(lines: Sequence[tuple[str, str, str]], count: int) -> list[tuple
         for name, truth, read in lines
     ]
     return sorted(scored, key=lambda line: -line[0])[:count]
-
-
-LINE_INPUT = "line_input.json"
-
-
-def write_line_input(hf_dir: Path, stretch: float) -> None:
-    """Records in an export the stretch its lines were trained at (prepare_line's `stretch`)."""
-    (hf_dir / LINE_INPUT).write_text(json.dumps({"stretch": stretch}) + "\n", encoding="utf-8")
-
-
-def export_stretch(hf_dir: Path) -> float:
-    """The stretch an export was trained at; 1.0 for exports made before it was recorded."""
-    path = hf_dir / LINE_INPUT
-    if not path.exists():
-        return 1.0
-    return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
 
 
 def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
@@ -156,7 +141,7 @@ def load_crops(
     """(file, truth, prepared RGB image) for each line of folder/labels.jsonl (train.make_crops).
 
     x_scale != 1 stretches each crop horizontally first: how much the reading depends on the
-    glyphs' width, which differs from font to font. `stretch` is the model's own (export_stretch).
+    glyphs' width, which differs from font to font. `stretch` is the model's own (line_image.trained_stretch).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -187,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_export(args.hf, args.device)
-    crops = load_crops(args.crops, args.limit, args.x_scale, export_stretch(args.hf))
+    crops = load_crops(args.crops, args.limit, args.x_scale, trained_stretch(args.hf))
     started = time.perf_counter()
     texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started

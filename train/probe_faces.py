@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    from train.eval_lines import export_stretch, load_export, read_lines
+    from appliance.engines.vlm_gguf.line_image import trained_stretch
+    from train.eval_lines import load_export, read_lines
 
     texts_in = args.text or DEFAULT_TEXTS
-    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, export_stretch(args.hf))
+    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, trained_stretch(args.hf))
     model, tokenizer = load_export(args.hf, args.device)
     texts = read_lines(model, tokenizer, [image for _, _, image in lines])
     wrong = misreads([(face, text, read) for (face, text, _), read in zip(lines, texts, strict=True)])

@@ -38,10 +38,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from appliance.engines.vlm_gguf.line_image import LINE_STRETCH, trained_stretch, write_trained_stretch  # noqa: E402
 from train.data import SyntheticLines, worker_init  # noqa: E402
-from train.eval_lines import cer, export_stretch, read_lines, write_line_input  # noqa: E402
+from train.eval_lines import cer, read_lines  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
-from train.render import LINE_STRETCH  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -133,7 +133,7 @@ def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float) -> None:
         shutil.copy2(item, tmp / item.name)
     force_tokenizer_config(tmp)
     (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
-    write_line_input(tmp, stretch)
+    write_trained_stretch(tmp, stretch)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(step):
                 scheduler.step()
-        trained_at = export_stretch(args.init_from)
+        trained_at = trained_stretch(args.init_from)
         _log(
             args.out,
             f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch}),"

@@ -78,6 +78,8 @@ class VlmManifest:
     files: tuple[VlmFileEntry, ...]
     source: str  # the manifest file this was read from (or written to), for messages
     origin: str = ""  # where the files came from, as recorded when the manifest was written
+    # A line reader's trained stretch (line_image.prepare_line), from its export; None: not recorded.
+    line_stretch: float | None = None
 
     def entry(self, role: str) -> VlmFileEntry | None:
         for item in self.files:
@@ -301,12 +303,18 @@ def load_vlm_manifest(path: Path) -> VlmManifest:
         if role not in roles:
             raise ModelError(f"VLM manifest {path}: no file with role {role!r}")
     origin = raw.get("origin", "")
+    stretch = raw.get("line_stretch")
+    if stretch is not None and (
+        isinstance(stretch, bool) or not isinstance(stretch, (int, float)) or stretch <= 0
+    ):
+        raise ModelError(f"VLM manifest {path}: 'line_stretch' must be a positive number")
     return VlmManifest(
         name=raw["name"],
         family=raw["family"],
         files=tuple(entries),
         source=str(path),
         origin=origin if isinstance(origin, str) else "",
+        line_stretch=None if stretch is None else float(stretch),
     )
 
 
@@ -405,7 +413,14 @@ def _without_path(message: str, path: Path) -> str:
 
 
 def write_vlm_manifest(
-    path: Path, name: str, family: str, files: dict[str, Path], *, origin: str = "", verify: bool = False
+    path: Path,
+    name: str,
+    family: str,
+    files: dict[str, Path],
+    *,
+    origin: str = "",
+    verify: bool = False,
+    line_stretch: float | None = None,
 ) -> VlmManifest:
     """Write manifest.json for files (role -> path, all in path's folder), computed from the files.
 
@@ -437,7 +452,14 @@ def write_vlm_manifest(
                 vocab_sha256=None if info.is_projector else info.vocab_sha256,
             )
         )
-    manifest = VlmManifest(name=name, family=family, files=tuple(entries), source=str(path), origin=origin)
+    manifest = VlmManifest(
+        name=name,
+        family=family,
+        files=tuple(entries),
+        source=str(path),
+        origin=origin,
+        line_stretch=line_stretch,
+    )
     for role in ("model", "mmproj"):
         if manifest.entry(role) is None:
             raise ModelError(f"a VLM set needs a {role} file")
@@ -450,6 +472,8 @@ def write_vlm_manifest(
         "origin": origin,
         "files": [{key: getattr(entry, key) for key in _ENTRY_KEYS} for entry in entries],
     }
+    if line_stretch is not None:
+        document["line_stretch"] = line_stretch
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

@@ -5,11 +5,15 @@ would otherwise resize a crop to its own token grid (and a 40 px high line to tw
 so the caller sizes the crop exactly: height 28, its aspect's width times a stretch (1.5: a glyph
 spans more of a token's pixels), white on the right to a multiple of 28 px and at least 224 px (8
 tokens); a line wider than 1,120 px (40 tokens) is squeezed horizontally, keeping the glyphs'
-height, which is what the model reads best. A model is read at the stretch it was trained at;
-train/ renders its training lines through this same function.
+height, which is what the model reads best. A model is read at the stretch it was trained at (its
+export's line_input.json, carried into its GGUF manifest); train/ renders its training lines
+through this same function.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -17,10 +21,27 @@ import numpy as np
 LINE_HEIGHT = 28
 MIN_WIDTH = 224
 MAX_WIDTH = 28 * 40
-# How much wider than its aspect a line is drawn: the `qwen2vl_line` family's contract. Trained
-# side by side from the same random weights on the same lines, a model at 1.5 read held-out lines
-# and receipts far better than one at 1.0 (train/README.md, "The line stretch").
+# How much wider than its aspect train/ draws a line unless told otherwise. Trained side by side
+# from the same random weights on the same lines, a model at 1.5 read held-out lines and receipts
+# far better than one at 1.0 (train/README.md, "Lost a fourth time, and the line stretch").
 LINE_STRETCH = 1.5
+# Models from before the stretch was recorded were trained at this one.
+UNRECORDED_STRETCH = 1.0
+# The file in a trained export that records its stretch; quantize.gguf copies it into the manifest.
+LINE_INPUT_FILE = "line_input.json"
+
+
+def write_trained_stretch(export_dir: Path, stretch: float) -> None:
+    """Records in a trained export the stretch its lines were drawn at."""
+    (export_dir / LINE_INPUT_FILE).write_text(json.dumps({"stretch": stretch}) + "\n", encoding="utf-8")
+
+
+def trained_stretch(export_dir: Path) -> float:
+    """The stretch an export was trained at; UNRECORDED_STRETCH for one that does not say."""
+    path = export_dir / LINE_INPUT_FILE
+    if not path.exists():
+        return UNRECORDED_STRETCH
+    return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
 
 
 def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> np.ndarray:
