@@ -24,8 +24,8 @@ start)
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
     tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
-    printf '%q ' "$@" > "$BOX/args"
-    setsid nohup bash -c "cd '$BOX/repo' && OUT='$RUNOUT' bash .train-carry/run.sh $(cat "$BOX/args") \
+    args=$(printf '%q ' "$@")  # quoted again for the inner shell
+    setsid nohup bash -c "cd '$BOX/repo' && OUT='$RUNOUT' bash .train-carry/run.sh $args \
         > '$BOX/run.log' 2>&1; echo \$? > '$RUNOUT/done'" < /dev/null > /dev/null 2>&1 &
     echo "started; init export in $BOX/init/hf_bf16" ;;
 poll)
