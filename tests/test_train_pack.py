@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
-from train.pack import copy_crops
+from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, split_wheels
 
 
 def test_every_third_crop_goes_with_its_own_label(tmp_path: Path) -> None:
@@ -25,3 +26,31 @@ def test_every_third_crop_goes_with_its_own_label(tmp_path: Path) -> None:
     for row in labels:  # each carried crop is the one its label names
         assert (target / row["file"]).read_bytes() == row["text"].encode()
     assert sorted(p.name for p in target.iterdir()) == [*(row["file"] for row in labels), "labels.jsonl"]
+
+
+def test_the_transformers_wheel_goes_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = ["transformers-5.24.0-py3-none-any.whl", "tokenizers-0.23.3-cp310-abi3-x.whl", "tqdm-4.70.1.whl"]
+    for name in names:
+        (wheels / name).write_bytes(name.encode())
+    target = tmp_path / SPLIT_FOLDER
+    target.mkdir()
+    (target / "transformers-4.0.0-py3-none-any.whl").write_bytes(b"from an earlier pack")
+
+    assert split_wheels(wheels, target) == ["transformers-5.24.0-py3-none-any.whl"]
+    assert sorted(p.name for p in target.iterdir()) == ["transformers-5.24.0-py3-none-any.whl"]
+    assert (target / names[0]).read_bytes() == names[0].encode()
+    assert sorted(p.name for p in wheels.iterdir()) == sorted(names[1:])
+
+
+def test_run_sh_installs_both_wheel_folders(tmp_path: Path) -> None:
+    for folder in ("wheels", SPLIT_FOLDER):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{folder}.whl").write_bytes(b"")
+    install = next(line for line in RUN_SH.splitlines() if "pip install" in line)
+    wheel_glob = install.split()[-1]  # expanded by bash as run.sh's own line is
+    listed = subprocess.run(
+        ["bash", "-c", f"HERE={tmp_path}; echo {wheel_glob}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert sorted(Path(path).name for path in listed) == sorted(["wheels.whl", f"{SPLIT_FOLDER}.whl"])

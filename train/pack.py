@@ -3,12 +3,12 @@
     python -m train.pack [--crops DIR [--crop-every N]] [--fonts-from /usr/share/fonts]
         [--words /usr/share/dict/words]
 
-.train-carry/ gets: wheels/ (cp312 manylinux wheels of transformers, tokenizers, safetensors and
-their dependency closure, less numpy, which a box with torch has), fonts/ (the Debian fonts the
-renderer uses), words (Debian's word list), crops/ (every third receipt line crop made by
-train.make_crops by default, with its label; evaluation only) and run.sh, which installs the wheels
-into /tmp/trainsite once and trains into /tmp/vlmrun, outside the working tree, so consecutive runs
-on one box resume.
+.train-carry/ gets: wheels/ (cp312 manylinux wheels of tokenizers, safetensors and the dependency
+closure of transformers, less numpy, which a box with torch has) and wheels-transformers/ (the
+transformers wheel alone), fonts/ (the Debian fonts the renderer uses), words (Debian's word list),
+crops/ (every third receipt line crop made by train.make_crops by default, with its label;
+evaluation only) and run.sh, which installs both wheel folders into /tmp/trainsite once and trains
+into /tmp/vlmrun, outside the working tree, so consecutive runs on one box resume.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ def carried_pins() -> list[str]:
 # Left out to stay under the size budget: numpy comes with the box's torch stack, and hf_xet only
 # speeds up Hub downloads, which an offline box never makes.
 LEAVE_OUT = ("numpy-", "torch-", "nvidia_", "hf_xet-")
+# The largest wheel gets a folder of its own: the working tree with train/weights is about 38 MB
+# and a call carries 64 MiB in all, so the carry goes over two calls, and wheels/ whole (29 MB)
+# would leave a call almost no room (train/README.md, "Known limits").
+SPLIT_OFF = ("transformers-",)
+SPLIT_FOLDER = "wheels-transformers"
 # Receipt monospace and sans fonts, plus one CJK font (Debian packages in train/README.md).
 FONTS = (
     "DejaVuSansMono.ttf",
@@ -77,7 +82,7 @@ SITE=${TRAIN_SITE:-/tmp/trainsite}
 RUN=${RUN_DIR:-/tmp/vlmrun}
 export PYTHONUNBUFFERED=1
 if [ ! -e "$SITE/.installed" ]; then
-    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels/*.whl
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels*/*.whl
     touch "$SITE/.installed"
 fi
 export PYTHONPATH="$SITE:$REPO"
@@ -116,6 +121,16 @@ def find_font(name: str, roots: list[Path]) -> Path:
         for path in root.rglob(name):
             return path
     raise FileNotFoundError(f"font {name} not found (apt-get install the packages in train/README.md)")
+
+
+def split_wheels(wheels: Path, target: Path) -> list[str]:
+    """Moves the SPLIT_OFF wheels out of `wheels` into `target` (afresh); returns their names."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    moved = sorted(wheel.name for wheel in wheels.glob("*.whl") if wheel.name.startswith(SPLIT_OFF))
+    for name in moved:
+        (wheels / name).rename(target / name)
+    return moved
 
 
 def copy_crops(source: Path, target: Path, every: int) -> int:
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     for wheel in wheels.glob("*.whl"):
         if wheel.name.startswith(LEAVE_OUT):
             wheel.unlink()
+    split_wheels(wheels, CARRY / SPLIT_FOLDER)
     fonts = CARRY / "fonts"
     # Afresh: the renderer draws with every font in the folder, so one left from an earlier pack
     # would still be trained on.
