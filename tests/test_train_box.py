@@ -81,3 +81,14 @@ def test_a_run_that_fails_makes_finish_fail(tmp_path: Path) -> None:
     finished = _box(checkout, env, "finish")
     assert finished.returncode == 3 and "exited with 3" in finished.stderr
     assert (out / "logs.tgz").exists() and not list(out.glob("hf_bf16.tgz.part-*"))
+
+
+def test_poll_and_finish_on_a_box_without_a_run_fail_at_once(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(out)}
+    assert _box(checkout, env, "stash").returncode == 0  # a fresh box: stashed, never started
+    for verb in (["poll", "100000"], ["finish"]):  # either would outlast _box's timeout if it waited
+        answered = _box(checkout, env, *verb)
+        assert answered.returncode == 4 and "no run on this box" in answered.stderr
