@@ -276,19 +276,16 @@ def test_a_line_reader_gets_each_crop_at_its_trained_size(tmp_path: Path) -> Non
     line = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
     wide = _engine("qwen2vl", stretched, draft={"source": "none"}, image_max_side=0)
     page = _engine("qwen2vl", draft={"source": "none"}, image_max_side=0)
+
+    def image_tokens(engine: VlmGgufEngine, *crops: np.ndarray) -> list[int]:
+        return [engine.read(crop).details["vlm_gguf"]["image_tokens"] for crop in crops]
+
     try:
-        tokens = [line.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large, long_line)]
         # 300 x 40 -> 210 x 28, padded to 224: 8 tokens at either resolution; 3,000 x 30 is squeezed to 40.
-        assert tokens == [8, 8, 40]
+        assert image_tokens(line, small, large, long_line) == [8, 8, 40]
         # Stretched by 1.5: 315 px, padded to 336, 12 tokens; the long line stays at the cap.
-        assert [
-            wide.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large, long_line)
-        ] == [
-            12,
-            12,
-            40,
-        ]
-        as_page = [page.read(crop).details["vlm_gguf"]["image_tokens"] for crop in (small, large)]
+        assert image_tokens(wide, small, large, long_line) == [12, 12, 40]
+        as_page = image_tokens(page, small, large)
         assert as_page[0] != as_page[1]  # a page profile lets llama.cpp size the image itself
     finally:
         line.close()

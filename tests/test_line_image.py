@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, MIN_WIDTH, prepare_line
+from appliance.engines.vlm_gguf.line_image import (
+    LINE_HEIGHT,
+    MAX_WIDTH,
+    MIN_WIDTH,
+    UNRECORDED_STRETCH,
+    prepare_line,
+    trained_stretch,
+    write_trained_stretch,
+)
 
 
 @pytest.mark.parametrize("channels", [None, 3, 4])
@@ -41,3 +51,9 @@ def test_a_stretch_widens_the_line_by_its_factor_within_40_tokens() -> None:
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
     assert wide.shape == (LINE_HEIGHT, 644, 3)  # 630 px padded to 23 tokens
     assert prepare_line(np.zeros((28, 900, 3), np.uint8), stretch=1.5).shape[1] == MAX_WIDTH
+
+
+def test_an_export_records_its_stretch_and_one_without_a_record_reads_at_1(tmp_path: Path) -> None:
+    assert trained_stretch(tmp_path) == UNRECORDED_STRETCH == 1.0  # exports from before the record
+    write_trained_stretch(tmp_path, 2.0)
+    assert trained_stretch(tmp_path) == 2.0

