@@ -139,3 +139,16 @@ def test_amounts_include_zeros_and_round_sums() -> None:
     assert any(amount.endswith(".50") for amount in amounts)
     assert len(set(amounts)) > 0.6 * len(amounts)  # still mostly any sum
     assert any(line == "0.00" for line in _lines(TextSource(16), 5000))  # alone, as a column's field
+
+
+def test_serial_numbers_are_often_zero_padded_to_their_width() -> None:
+    # A zero printed like an O at the head of a number is told by the digits after it, so the
+    # lines must hold such numbers: padded invoice and tax numbers, and short codes like SH01.
+    lines = _lines(TextSource(6), 3000)
+    padded = [m for line in lines for m in re.findall(r"(?<![\d.,])00+[1-9]\d*\b", line)]
+    assert len(padded) > 30
+    assert any(re.search(r"\b(GST REG NO|GST ID) ?: 0+[1-9]\d*\b", line) for line in lines)
+    assert any(re.search(r"\b[A-Z]{1,3}0+[1-9]\d*\b", line) for line in lines)  # SH01, B003
+    tax_lines = [line for line in lines if re.match(r"GST (REG NO|ID) ?:", line)]
+    tax_numbers = [line.split(":")[-1].strip(" ()[]") for line in tax_lines]
+    assert tax_numbers and all(len(number) == 12 for number in tax_numbers)

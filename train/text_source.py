@@ -19,6 +19,8 @@ _GB2312_L1_ROWS = range(0xB0, 0xD8)
 BRACKETED_SHARE = 0.08
 # The share of amounts that are 0.00 (`TextSource._amount`); a fifth more are whole and a tenth end in .50.
 AMOUNT_ZERO_SHARE = 0.08
+# The share of serial numbers (`TextSource._serial`) padded with zeros to their width.
+ZERO_PADDED_SHARE = 0.35
 
 
 def common_chinese(limit: int | None = None) -> list[str]:
@@ -400,6 +402,22 @@ class TextSource:
     def _digits(self, n: int) -> str:
         return "".join(self.rng.choice(string.digits) for _ in range(n))
 
+    def _serial(self, n: int) -> str:
+        # Invoice, bill and tax numbers are printed zero-padded to a fixed width (`00134609`,
+        # `000306020352`), and many faces draw that zero like the letter O: only the digits
+        # beside it tell them apart. Drawn digit by digit, a run of leading zeros never came up,
+        # and a reader read `:000306020352` as `:O00306020352`.
+        if n < 2 or self.rng.random() >= ZERO_PADDED_SHARE:
+            return self._digits(n)
+        significant = self.rng.randint(1, n - 1)
+        return "0" * (n - significant) + self.rng.choice("123456789") + self._digits(significant - 1)
+
+    def _short_code(self) -> str:
+        # Shop, till and shift codes: a few letters and a short zero-padded number (`SH01`,
+        # `B003`, `POS01`, `GA06`), where the zero sits between letters and digits.
+        letters = "".join(self.rng.choice(string.ascii_uppercase) for _ in range(self.rng.randint(1, 3)))
+        return letters + self._serial(self.rng.randint(2, 4))
+
     def _amount(self) -> str:
         value = self.rng.choice(
             [self.rng.uniform(0, 20), self.rng.uniform(0, 300), self.rng.uniform(0, 20000)]
@@ -468,7 +486,7 @@ class TextSource:
             tax_code = self.rng.choice(["SR", "ZR", "S", "Z", ""])
             return f"{desc} {qty} {self.rng.choice(_UNITS)} {unit} {total} {tax_code}"
         if r < 0.85:
-            sku = f"{self.rng.choice(string.ascii_uppercase)}{self._digits(self.rng.randint(3, 7))}"
+            sku = f"{self.rng.choice(string.ascii_uppercase)}{self._serial(self.rng.randint(3, 7))}"
             return f"{sku} {desc} {total}"
         return f"{qty} {desc} @{unit}"
 
@@ -503,7 +521,8 @@ class TextSource:
                 f"DATE: {date}",
                 f"DATE : {date}  TIME : {t}",
                 t,
-                f"{date} {t} {self.rng.choice(['CASHIER', 'POS', 'TERMINAL'])}: {self._digits(3)}",
+                f"{date} {t} {self.rng.choice(['CASHIER', 'POS', 'TERMINAL'])}: {self._serial(3)}",
+                f"{date} {t} {self._short_code()} {self._short_code()}",
             ]
         )
 
@@ -525,13 +544,13 @@ class TextSource:
         )
         prefix = self.rng.choice(["", "INV", "CS", "R", "T", "OR", "TX", "SI-"])
         sep = self.rng.choice([": ", " : ", ":", " "])
-        return f"{label}{sep}{prefix}{self._digits(self.rng.randint(4, 10))}"
+        return f"{label}{sep}{prefix}{self._serial(self.rng.randint(4, 10))}"
 
     def tax_id(self) -> str:
         return self.rng.choice(
             [
-                f"GST REG NO: {self._digits(12)}",
-                f"GST ID : {self._digits(12)}",
+                f"GST REG NO: {self._serial(12)}",
+                f"GST ID : {self._serial(12)}",
                 f"GST @{self.rng.choice([6, 0, 10, 7])}% {self._money()}",
                 f"SST ID: {self.rng.choice('ABCW')}{self._digits(2)}-{self._digits(4)}-{self._digits(8)}",
                 f"CO. REG. NO. {self._digits(6)}-{self.rng.choice('AKPTVW')}",
@@ -582,6 +601,9 @@ class TextSource:
                 f"*{self._digits(8)}*",
                 f"#{self._digits(6)}",
                 f"{self.rng.choice(string.ascii_uppercase)}{self._digits(4)}-{self._digits(3)}",
+                f"{self._short_code()} {self._short_code()}",
+                self._short_code(),
+                self._serial(self.rng.randint(6, 12)),
             ]
         )
 
