@@ -410,9 +410,12 @@ class CascadeConfig(_Strict):
     timeout_seconds: StrictFloat = Field(default=120.0, gt=0)  # then the ONNX read stands
     # The second reader (an engine section: vlm_gguf, onnx_reader); None: the one the engine has.
     reader: Literal["vlm_gguf", "onnx_reader"] | None = None
-    # second: a line read again takes the second read (a VLM's token probabilities do not compare
-    # with a recogniser's); more_confident: it keeps whichever read is surer (two recognisers).
-    keep: Literal["second", "more_confident"] = "second"
+    # second: a line read again takes the second read; more_confident: it keeps whichever read is
+    # surer. auto: more_confident with a VLM, second with a recogniser, as each was measured on
+    # the receipts: train/'s line reader read them worse than the ONNX text with second and
+    # better with more_confident, where a second recogniser gained with second and lost with the
+    # surer read (bench/README.md).
+    keep: Literal["auto", "second", "more_confident"] = "auto"
 
 
 class ProfileConfig(_Strict):

@@ -152,7 +152,9 @@ def test_line_by_line_a_confident_page_is_not_sent_and_always_sends_every_line()
         PAGE, _first_read(0.95)
     )
     assert confident.details["cascade"]["vlm_used"] is False and reader.hints == []
-    every = Cascade(reader, CascadeConfig(mode="always", unit="lines")).refine(PAGE, _mixed_read())
+    every = Cascade(reader, CascadeConfig(mode="always", unit="lines", keep="second")).refine(
+        PAGE, _mixed_read()
+    )
     assert sorted(str(hint) for hint in reader.hints) == ["ACME STORE", "TEA 3.00", "TOTAL 12.5O"]
     assert every.details["cascade"]["lines_replaced"] == 3
 
@@ -214,8 +216,29 @@ def test_keep_more_confident_lets_a_surer_first_read_stand_and_the_second_replac
         cascade["reader"] == "onnx_reader" and cascade["lines_replaced"] == 1 and cascade["lines_kept"] == []
     )
     assert result.timings_ms["rec2"] == 4.0 and result.details["onnx_reader"]["lines_read"] == 2
-    # keep: second (the VLM's rule) takes the second read even where it is less sure.
+    # keep: auto is second for a recogniser: the second read is taken even where it is less sure.
     second = Cascade(_SurenessReader(answers), CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    assert [line.text for line in second.lines] == ["A7", "B8"]
+    assert second.details["cascade"]["keep"] == "second"
+
+
+class _SureVlm(_SurenessReader):
+    """A VLM line reader whose answers come with their own confidence."""
+
+    name = "vlm_gguf"
+
+
+def test_keep_auto_lets_a_vlm_replace_only_the_lines_it_is_surer_of() -> None:
+    # Measured with train/'s line reader: the surer read reads the receipts better than the ONNX
+    # text alone, the VLM's read on every unsure line worse (bench/README.md).
+    first = PageText(lines=[_onnx_line("A1", 20.0, 0.6), _onnx_line("B2", 60.0, 0.8)])
+    answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.7)}
+    result = Cascade(_SureVlm(answers), CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    assert [line.text for line in result.lines] == ["A7", "B2"]
+    assert result.details["cascade"]["keep"] == "more_confident"
+    assert result.details["cascade"]["lines_replaced"] == 1
+    config = CascadeConfig(mode="always", unit="lines", keep="second")
+    second = Cascade(_SureVlm(answers), config).refine(PAGE, first)
     assert [line.text for line in second.lines] == ["A7", "B8"]
 
 

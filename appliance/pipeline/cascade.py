@@ -59,6 +59,13 @@ def page_confidence(lines: list[Line]) -> float | None:
     return sum(characters) / len(characters) if characters else None
 
 
+def keep_rule(config: CascadeConfig, reader: str) -> str:
+    """The rule a re-read line is kept by: as configured, or for `auto` as measured for its reader."""
+    if config.keep != "auto":
+        return config.keep
+    return "second" if reader == "onnx_reader" else "more_confident"
+
+
 class Cascade:
     """Decides per page whether a second reader reads it, gives it the first text as a draft, falls back.
 
@@ -163,6 +170,7 @@ class Cascade:
         """The unsure lines read again; each failure keeps that line's ONNX read."""
         lines = list(first.lines)
         targets = self.unsure_lines(lines)
+        keep = keep_rule(self._config, self._reader.name)
         deadline = time.monotonic() + self._config.timeout_seconds
         decoding: dict[str, float] = {}
         timings: dict[str, float] = {}
@@ -192,11 +200,13 @@ class Cascade:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
             again = line_read_again(second.lines, line, self._reader.name)
-            if self._config.keep == "more_confident" and again.confidence <= line.confidence:
+            if keep == "more_confident" and again.confidence <= line.confidence:
                 continue  # the first read was at least as sure: it stands, and that is no failure
             lines[index] = again
             replaced += 1
-        record.update(route="vlm_lines", lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept)
+        record.update(
+            route="vlm_lines", keep=keep, lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept
+        )
         # One entry per page, as a page read gives, so the status API's sums count pages.
         vlm_details: dict[str, Any] = {**decoding, "lines_read": len(targets)}
         if gpu_memory is not None:
