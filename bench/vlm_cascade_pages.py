@@ -3,13 +3,15 @@
 Usage::
 
     python -m bench.vlm_cascade_pages --model-dir DIR DATA [--limit N] [--threads T]
-        [--together 1 8 ...] [--min-confidence C] [--device auto|cpu|gpu] [--json OUT]
+        [--together 1 8 ...] [--keep auto second more_confident] [--min-confidence C]
+        [--device auto|cpu|gpu] [--json OUT]
 
 DIR holds a `qwen2vl_line` GGUF model, its mmproj and manifest.json; DATA a page set with ground
 truth (`gt/*.json`, as bench.ocr_bench reads). The appliance's ONNX engine reads each page once;
 then the cascade (`unit: lines`, `mode: below_threshold`) sends that read's unsure lines to the
 line reader, once per `--together` setting (`engine.vlm_gguf.lines_together`; 1: one line at a
-time, drafted from the ONNX text), the settings taking turns page by page. Each page's crops are
+time, drafted from the ONNX text) and `--keep` rule (`cascade.keep`: which read a re-read line
+keeps), the settings taking turns page by page. Each page's crops are
 the ones the appliance cuts, and a page's lines are grouped only with each other, as in the
 daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
 that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
@@ -42,13 +44,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     parser.add_argument("--together", type=int, nargs="+", default=[1, 8])
+    parser.add_argument(
+        "--keep", nargs="+", default=[CascadeConfig().keep], choices=["auto", "second", "more_confident"]
+    )
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args()
 
     pages, case_insensitive = load_dataset(args.data, args.limit)
     onnx = build_engine(EngineConfig())
-    cascade_config = CascadeConfig(mode="below_threshold", unit="lines", min_confidence=args.min_confidence)
     readers = {
         size: VlmGgufEngine(
             VlmGgufConfig.model_validate(
@@ -62,11 +66,21 @@ def main() -> None:
         )
         for size in args.together
     }
-    cascades = {size: Cascade(reader, cascade_config) for size, reader in readers.items()}
+    # One cascade a setting: lines together x keep rule, named as the report names it.
+    cascades = {
+        f"{size}/{keep}": Cascade(
+            reader,
+            CascadeConfig(
+                mode="below_threshold", unit="lines", min_confidence=args.min_confidence, keep=keep
+            ),
+        )
+        for size, reader in readers.items()
+        for keep in args.keep
+    }
     onnx_scores: list[PageScore] = []
-    scores: dict[int, list[PageScore]] = {size: [] for size in cascades}
-    vlm_ms: dict[int, list[float]] = {size: [] for size in cascades}
-    decode_ms: dict[int, list[float]] = {size: [] for size in cascades}
+    scores: dict[str, list[PageScore]] = {name: [] for name in cascades}
+    vlm_ms: dict[str, list[float]] = {name: [] for name in cascades}
+    decode_ms: dict[str, list[float]] = {name: [] for name in cascades}
     sent: list[int] = []
     for page in pages:
         image = cv2.imread(str(page.image), cv2.IMREAD_COLOR)
@@ -76,14 +90,14 @@ def main() -> None:
         onnx_scores.append(score_page(page.lines, _text_lines(first.lines), case_insensitive))
         # The same lines for every setting: they depend on the first read and the threshold alone.
         sent.append(len(next(iter(cascades.values())).unsure_lines(first.lines)))
-        for size, cascade in cascades.items():
+        for name, cascade in cascades.items():
             started = time.perf_counter()
             refined = cascade.refine(image, first)
             elapsed = (time.perf_counter() - started) * 1000
-            scores[size].append(score_page(page.lines, _text_lines(refined.lines), case_insensitive))
+            scores[name].append(score_page(page.lines, _text_lines(refined.lines), case_insensitive))
             if sent[-1]:
-                vlm_ms[size].append(elapsed)
-                decode_ms[size].append(float(refined.timings_ms.get("vlm_decode", 0.0)))
+                vlm_ms[name].append(elapsed)
+                decode_ms[name].append(float(refined.timings_ms.get("vlm_decode", 0.0)))
     for reader in readers.values():
         reader.close()
     onnx.close()
@@ -100,19 +114,19 @@ def main() -> None:
         f"{len(pages)} pages, {sending} sent {sum(sent)} lines (up to {max(sent, default=0)} a page); "
         f"ONNX alone CER {onnx_set.cer_geo:.2%} / {onnx_set.cer_geo_spaced:.2%} spaced"
     )
-    print("together  VLM ms a sending page (mean)  of it decoding  CER      spaced")
-    for size in cascades:
-        figures = micro_average(scores[size])
-        mean_ms = sum(vlm_ms[size]) / max(len(vlm_ms[size]), 1)
-        mean_decode = sum(decode_ms[size]) / max(len(decode_ms[size]), 1)
-        report[str(size)] = {
+    print("together/keep            VLM ms a sending page (mean)  of it decoding  CER      spaced")
+    for name in cascades:
+        figures = micro_average(scores[name])
+        mean_ms = sum(vlm_ms[name]) / max(len(vlm_ms[name]), 1)
+        mean_decode = sum(decode_ms[name]) / max(len(decode_ms[name]), 1)
+        report[name] = {
             "vlm_ms_mean": mean_ms,
             "decode_ms_mean": mean_decode,
             "cer": figures.cer_geo,
             "cer_spaced": figures.cer_geo_spaced,
         }
         print(
-            f"{size:>8}  {mean_ms:30.1f}  {mean_decode:14.1f}  {figures.cer_geo:6.2%}  "
+            f"{name:<22}  {mean_ms:30.1f}  {mean_decode:14.1f}  {figures.cer_geo:6.2%}  "
             f"{figures.cer_geo_spaced:6.2%}"
         )
     if args.json_out:
