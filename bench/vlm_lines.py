@@ -28,13 +28,13 @@ spaced CER against the labels (case-insensitive), and on how many lines its text
 mean draft length. --k-max and --extra-token-cost set the drafting variants' `draft.k_max` and
 `draft.extra_token_cost` (0: every pass costs alike, so each step drafts as far as k_max).
 
-The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence
-(the cascade's default) take the VLM's text (`hint`), the rest keep the ONNX text. Reported: how
-many lines that is, the CER of the cascade against the ONNX text alone (all lines, and the unsure
-ones), and over the unsure lines the decode time of `hint` against `head` (the drafting speed-up:
-same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line takes
-the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher than the
-ONNX line's: how many lines and the CER.
+The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence (the
+cascade's default) take the VLM's text (`hint`; `keep: second`), the rest keep the ONNX text.
+Reported: how many lines that is, the CER of the cascade against the ONNX text alone (all lines, and
+the unsure ones), and over the unsure lines the decode time of `hint` against `head` (the drafting
+speed-up: same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line
+takes the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher
+than the ONNX line's (what `keep: auto`, the default, does with a VLM): how many lines and the CER.
 
 --together N adds `together`: the crops read N at a time side by side (`lines_together`,
 `read_lines`: one pass writes a token of every line of the group, no drafts), each group right
