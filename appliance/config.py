@@ -411,10 +411,9 @@ class CascadeConfig(_Strict):
     # The second reader (an engine section: vlm_gguf, onnx_reader); None: the one the engine has.
     reader: Literal["vlm_gguf", "onnx_reader"] | None = None
     # second: a line read again takes the second read; more_confident: it keeps whichever read is
-    # surer. auto: more_confident with a VLM, second with a recogniser, as each was measured on
-    # the receipts: train/'s line reader read them worse than the ONNX text with second and
-    # better with more_confident, where a second recogniser gained with second and lost with the
-    # surer read (bench/README.md).
+    # surer; auto: the reader's own rule (its `auto_keep`: second for onnx_reader), else the surer
+    # read, as measured for a VLM: train/'s line reader read the receipts worse than the ONNX text
+    # with second and better with more_confident (bench/README.md).
     keep: Literal["auto", "second", "more_confident"] = "auto"
 
 

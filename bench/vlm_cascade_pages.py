@@ -24,7 +24,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import cv2
 
@@ -44,9 +44,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     parser.add_argument("--together", type=int, nargs="+", default=[1, 8])
-    parser.add_argument(
-        "--keep", nargs="+", default=[CascadeConfig().keep], choices=["auto", "second", "more_confident"]
-    )
+    keep_rules = get_args(CascadeConfig.model_fields["keep"].annotation)
+    parser.add_argument("--keep", nargs="+", default=[CascadeConfig().keep], choices=keep_rules)
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args()

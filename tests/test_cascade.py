@@ -183,11 +183,8 @@ def test_line_by_line_stops_sending_when_the_page_time_runs_out() -> None:
     assert result.details["cascade"]["lines_kept"] == ["2 line(s) not sent: the page's time ran out"]
 
 
-class _SurenessReader(FakeVlmReader):
-    """A recogniser-like second reader: each answer comes with its own confidence and crop margin."""
-
-    name = "onnx_reader"
-    line_margin = 0.125
+class _SureReader(FakeVlmReader):
+    """A VLM line reader whose answers come with their own confidence."""
 
     def __init__(self, answers: dict[str, tuple[str, float]]) -> None:
         super().__init__([])
@@ -202,6 +199,14 @@ class _SurenessReader(FakeVlmReader):
         height, width = image.shape[:2]
         line = make_line(text, [confidence] * len(text), (0.0, 0.0, float(width), float(height)))
         return PageText(lines=[line], timings_ms={"rec2": 2.0}, details={self.name: {"lines_read": 1}})
+
+
+class _SurenessReader(_SureReader):
+    """A recogniser-like second reader: its own crop margin, and the second read kept under `auto`."""
+
+    name = "onnx_reader"
+    line_margin = 0.125
+    auto_keep = "second"
 
 
 def test_keep_more_confident_lets_a_surer_first_read_stand_and_the_second_replace_the_rest() -> None:
@@ -222,23 +227,17 @@ def test_keep_more_confident_lets_a_surer_first_read_stand_and_the_second_replac
     assert second.details["cascade"]["keep"] == "second"
 
 
-class _SureVlm(_SurenessReader):
-    """A VLM line reader whose answers come with their own confidence."""
-
-    name = "vlm_gguf"
-
-
 def test_keep_auto_lets_a_vlm_replace_only_the_lines_it_is_surer_of() -> None:
     # Measured with train/'s line reader: the surer read reads the receipts better than the ONNX
     # text alone, the VLM's read on every unsure line worse (bench/README.md).
     first = PageText(lines=[_onnx_line("A1", 20.0, 0.6), _onnx_line("B2", 60.0, 0.8)])
     answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.7)}
-    result = Cascade(_SureVlm(answers), CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
+    result = Cascade(_SureReader(answers), CascadeConfig(mode="always", unit="lines")).refine(PAGE, first)
     assert [line.text for line in result.lines] == ["A7", "B2"]
     assert result.details["cascade"]["keep"] == "more_confident"
     assert result.details["cascade"]["lines_replaced"] == 1
     config = CascadeConfig(mode="always", unit="lines", keep="second")
-    second = Cascade(_SureVlm(answers), config).refine(PAGE, first)
+    second = Cascade(_SureReader(answers), config).refine(PAGE, first)
     assert [line.text for line in second.lines] == ["A7", "B8"]
 
 

@@ -78,7 +78,9 @@ class SecondReader(Protocol):
     verify rather than write from scratch). `deadline` is a time.monotonic() value by which the
     read should stop. The figures of a read go under `PageText.details[name]` (see details.py).
     A reader may carry `line_margin`, the paper round a line crop as a share of the line's height
-    (pipeline/cascade.py; a quarter where it has none), and `lines_together` with
+    (pipeline/cascade.py; a quarter where it has none), `auto_keep`, the read a re-read line keeps
+    under `cascade.keep: auto` (`second` or `more_confident`, the surer; the surer where it has
+    none), and `lines_together` with
     `read_lines(crops, deadline=...)` -> one PageText per crop, to be sent a page's lines that
     many at a time, without hints (the VLM engine's line reader).
     """

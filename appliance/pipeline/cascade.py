@@ -59,13 +59,6 @@ def page_confidence(lines: list[Line]) -> float | None:
     return sum(characters) / len(characters) if characters else None
 
 
-def keep_rule(config: CascadeConfig, reader: str) -> str:
-    """The rule a re-read line is kept by: as configured, or for `auto` as measured for its reader."""
-    if config.keep != "auto":
-        return config.keep
-    return "second" if reader == "onnx_reader" else "more_confident"
-
-
 class Cascade:
     """Decides per page whether a second reader reads it, gives it the first text as a draft, falls back.
 
@@ -80,6 +73,9 @@ class Cascade:
         # How much paper a line crop gets round the first engine's box, as a share of its height:
         # the reader's own `line_margin` where it has one (a recogniser wants the detector's crop).
         self._margin = float(getattr(reader, "line_margin", VLM_LINE_MARGIN))
+        # Which read a re-read line keeps: for `auto` the reader's own `auto_keep` where it has one
+        # (a recogniser keeps the second read), else the surer read, as measured for a VLM.
+        self._keep = config.keep if config.keep != "auto" else getattr(reader, "auto_keep", "more_confident")
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -170,7 +166,6 @@ class Cascade:
         """The unsure lines read again; each failure keeps that line's ONNX read."""
         lines = list(first.lines)
         targets = self.unsure_lines(lines)
-        keep = keep_rule(self._config, self._reader.name)
         deadline = time.monotonic() + self._config.timeout_seconds
         decoding: dict[str, float] = {}
         timings: dict[str, float] = {}
@@ -200,12 +195,16 @@ class Cascade:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
             again = line_read_again(second.lines, line, self._reader.name)
-            if keep == "more_confident" and again.confidence <= line.confidence:
+            if self._keep == "more_confident" and again.confidence <= line.confidence:
                 continue  # the first read was at least as sure: it stands, and that is no failure
             lines[index] = again
             replaced += 1
         record.update(
-            route="vlm_lines", keep=keep, lines_sent=len(targets), lines_replaced=replaced, lines_kept=kept
+            route="vlm_lines",
+            keep=self._keep,
+            lines_sent=len(targets),
+            lines_replaced=replaced,
+            lines_kept=kept,
         )
         # One entry per page, as a page read gives, so the status API's sums count pages.
         vlm_details: dict[str, Any] = {**decoding, "lines_read": len(targets)}

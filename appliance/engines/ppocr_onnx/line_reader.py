@@ -48,6 +48,9 @@ class OnnxLineReader:
 
     name = READER_NAME
     line_margin = RECOGNISER_LINE_MARGIN
+    # Under `cascade.keep: auto` a line it reads again takes its read: a second recogniser gained
+    # that way on the receipts and lost keeping the surer read (bench/README.md).
+    auto_keep = "second"
 
     def __init__(self, config: OnnxReaderConfig) -> None:
         manifest = load_manifest(builtin_manifest_path(config.models))
