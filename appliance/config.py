@@ -253,8 +253,8 @@ class VlmGgufConfig(_Strict):
     # its keys and values are kept in the cache and not computed again (runtime.Context.keep_head).
     reuse_prompt_head: StrictBool = True
     # A line reader (qwen2vl_line) decodes this many of a page's unsure lines side by side, one pass
-    # writing a token of each, without drafts (a line alone is drafted); 1: one at a time, drafted
-    # from the ONNX text. 8 decoded receipt lines 1.65x faster than one by one on the CPU (16:
+    # writing a token of each and checking each line's drafts (draft.source ocr_hint: its ONNX
+    # text); 1: one at a time. 8 (without drafts) decoded receipt lines 1.65x faster than one by one on the CPU (16:
     # 1.77x, bench/README "Lines side by side") and keep a 17M line reader's cache within the
     # 4,096 tokens it was trained on.
     lines_together: StrictInt = Field(default=8, ge=1, le=64)

@@ -39,8 +39,12 @@ than the ONNX line's (what `keep: auto`, the default, does with a VLM): how many
 --together N adds `together`: the crops read N at a time side by side (`lines_together`,
 `read_lines`: one pass writes a token of every line of the group, no drafts), each group right
 after its crops were read one by one by the other variants; its prompt and decode ms are each
-line's share of its group's, so their means, not medians, compare with `head`'s. And the cascade's
-unsure lines read N at a time, against their `head` and `hint` decode time.
+line's share of its group's, so their means, not medians, compare with `head`'s. And
+`together_hint`, the same groups each line drafting from its ONNX text (`read_lines(...,
+hints=...)`: every line's drafts checked in the group's passes), read right after `together`:
+its decode against `together`'s is drafting's speed-up side by side (same groups, same output).
+And the cascade's unsure lines read N at a time, without and with drafts, against their `head`
+and `hint` decode time.
 
 Off the CPU (--device gpu or auto) the card's memory is sampled every 0.5 s while the engines are
 loaded and read (nvidia-smi's memory.used, bench/gpu_memory.py), its peak reported.
@@ -183,17 +187,24 @@ def main() -> None:
     }
     runs = {name: VariantRun() for name in VARIANTS}
     sized_by_engine = engines["plain"].profile.line_input  # one model: every variant's profile
+    together_settings = {"head": "together", "hint": "together_hint"}
     together = (
-        engine_for(
-            args.model_dir, args.threads, args.device, {**VARIANTS["head"], "lines_together": args.together}
-        )
+        {
+            name: engine_for(
+                args.model_dir,
+                args.threads,
+                args.device,
+                {**variants[alone], "lines_together": args.together},
+            )
+            for alone, name in together_settings.items()
+        }
         if args.together > 1
-        else None
+        else {}
     )
-    if together is not None and not sized_by_engine:
+    if together and not sized_by_engine:
         parser.error("--together needs a line reader (family qwen2vl_line)")
-    together_run = VariantRun()
-    together_passes = 0
+    together_runs = {name: VariantRun() for name in together}
+    together_passes = dict.fromkeys(together, 0)
     lines_in = [image if sized_by_engine else prepare_line(image) for image, _ in crops]  # BGR stays
     group = max(args.together, 1)
     for start in range(0, len(crops), group):
@@ -202,23 +213,22 @@ def main() -> None:
                 page = engine.read(line, hint=hint)
                 assert engine.last_generation is not None
                 _record(runs[name], page, engine.last_generation.stats, name)
-        if together is not None:
-            group_read = together.read_lines(lines_in[start : start + group])
-            together_passes += max(line_page.details["vlm_gguf"]["target_steps"] for line_page in group_read)
+        for name, engine in together.items():
+            span = slice(start, start + group)
+            group_read = engine.read_lines(lines_in[span], hints=hints[span])
+            together_passes[name] += max(page.details["vlm_gguf"]["target_steps"] for page in group_read)
             for line_page in group_read:
-                _record(together_run, line_page, None, "together")
+                _record(together_runs[name], line_page, None, name)
     unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
     # The unsure lines read N at a time (across pages here; the cascade groups within a page).
-    unsure_together_ms: list[float] = []
-    if together is not None:
-        for start in range(0, len(unsure), group):
-            rows = unsure[start : start + group]
-            rows_read = together.read_lines([lines_in[i] for i in rows])
-            unsure_together_ms.append(
-                sum(line_page.details["vlm_gguf"]["decode_ms"] for line_page in rows_read)
-            )
+    unsure_together_ms = dict.fromkeys(together, 0.0)
+    for start in range(0, len(unsure), group):
+        rows = unsure[start : start + group]
+        for name, engine in together.items():
+            rows_read = engine.read_lines([lines_in[i] for i in rows], hints=[hints[i] for i in rows])
+            unsure_together_ms[name] += sum(page.details["vlm_gguf"]["decode_ms"] for page in rows_read)
     gpu_peak = sampler.stop() if sampler is not None else None
-    for engine in [*engines.values(), *([together] if together is not None else [])]:
+    for engine in [*engines.values(), *together.values()]:
         engine.close()
 
     truths = [text for _, text in crops]
@@ -277,15 +287,25 @@ def main() -> None:
             f"{accepted:>9} {figures['cer']:6.2%} "
             f"{figures['cer_spaced']:7.2%}  {same}/{lines}"
         )
-    if together is not None:
-        report["together"] = _together_report(
-            together_run,
+    for name, run in together_runs.items():
+        report[name] = _together_report(
+            name,
+            run,
             runs,
-            passes=together_passes,
+            passes=together_passes[name],
             size=args.together,
             unsure=unsure,
             unsure_ms=unsure_together_ms,
             cer=cer,
+        )
+    if together:
+        plain_ms = sum(together_runs["together"].decode_ms)
+        drafted_ms = sum(together_runs["together_hint"].decode_ms)
+        report["together_drafting_speedup"] = plain_ms / drafted_ms if drafted_ms else None
+        print(
+            f"drafting side by side ({args.together} a group): decode {plain_ms:.0f} ms without drafts, "
+            f"{drafted_ms:.0f} ms drafted ({plain_ms / max(drafted_ms, 1e-9):.2f}x); against one by one "
+            f"without drafts (head) {sum(runs['head'].decode_ms) / max(drafted_ms, 1e-9):.2f}x"
         )
     unsure_rows = set(unsure)
     cascade = [runs["hint"].texts[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
@@ -349,25 +369,29 @@ def _record(run: VariantRun, page: PageText, stats: DecodeStats | None, name: st
         run.draft_lengths.extend(stats.k_history)
     else:
         run.generated += details["generated_tokens"]
+        run.drafted += details["drafted_tokens"]
+        run.accepted += details["accepted_tokens"]
     run.texts.append(" ".join(text_line.text for text_line in page.lines))
     run.confidences.append(line_read_again(page.lines, _PLACEHOLDER, name).confidence)
 
 
 def _together_report(
+    name: str,
     run: VariantRun,
     runs: dict[str, VariantRun],
     *,
     passes: int,
     size: int,
     unsure: list[int],
-    unsure_ms: list[float],
+    unsure_ms: dict[str, float],
     cer: Any,
 ) -> dict[str, Any]:
-    """`together` against `head` (same head kept, no drafts): mean ms a line, passes, text, CER."""
+    """Lines read side by side against `head` (one by one, head kept, no drafts): ms a line, passes, CER."""
     head = runs["head"]
     lines = len(run.texts)
     figures = {
         "lines_together": size,
+        "accepted_share": run.accepted / run.drafted if run.drafted else None,
         "prompt_ms_mean": statistics.fmean(run.prompt_ms),
         "decode_ms_mean": statistics.fmean(run.decode_ms),
         "head_prompt_ms_mean": statistics.fmean(head.prompt_ms),
@@ -380,20 +404,21 @@ def _together_report(
         "cer": cer(run.texts, False),
         "cer_spaced": cer(run.texts, True),
         "unsure_decode_ms": {
-            "together": sum(unsure_ms),
+            name: unsure_ms[name],
             "head": sum(head.decode_ms[i] for i in unsure),
             "hint": sum(runs["hint"].decode_ms[i] for i in unsure),
         },
     }
     speedup = figures["head_decode_ms_mean"] / figures["decode_ms_mean"] if figures["decode_ms_mean"] else 0.0
     unsure_figures = figures["unsure_decode_ms"]
+    accepted = "" if run.drafted == 0 else f", {figures['accepted_share']:.0%} of drafts accepted"
     print(
-        f"together ({size} a group): mean a line prompt {figures['prompt_ms_mean']:.1f} ms, decode "
+        f"{name} ({size} a group): mean a line prompt {figures['prompt_ms_mean']:.1f} ms, decode "
         f"{figures['decode_ms_mean']:.1f} ms against head's {figures['head_prompt_ms_mean']:.1f} / "
         f"{figures['head_decode_ms_mean']:.1f} ({speedup:.2f}x decode); {passes} passes against "
-        f"{head.passes}, {figures['ms_per_pass']:.2f} ms a pass; CER {figures['cer']:.2%} / "
+        f"{head.passes}, {figures['ms_per_pass']:.2f} ms a pass{accepted}; CER {figures['cer']:.2%} / "
         f"{figures['cer_spaced']:.2%}; same text as plain {figures['same_as_plain']}/{lines}; the "
-        f"unsure lines' decode {unsure_figures['together']:.0f} ms together, {unsure_figures['head']:.0f} "
+        f"unsure lines' decode {unsure_figures[name]:.0f} ms {name}, {unsure_figures['head']:.0f} "
         f"head, {unsure_figures['hint']:.0f} drafted"
     )
     return figures

@@ -265,9 +265,13 @@ class _SideBySideReader(FakeVlmReader):
         super().__init__([], answers=answers)
         self.groups = groups
         self.group_sizes: list[int] = []
+        self.group_hints: list[list[str | None] | None] = []
 
-    def read_lines(self, images: list[np.ndarray], deadline: float | None = None) -> list[PageText]:
+    def read_lines(
+        self, images: list[np.ndarray], deadline: float | None = None, hints: list[str | None] | None = None
+    ) -> list[PageText]:
         self.group_sizes.append(len(images))
+        self.group_hints.append(hints)
         script = self.groups.pop(0)
         if script is None:
             raise RuntimeError("llama_decode failed with status -3")
@@ -276,7 +280,7 @@ class _SideBySideReader(FakeVlmReader):
             read = []
             for texts in script:
                 self.lines = texts
-                read.append(self.read(images[len(read)]))
+                read.append(self.read(images[len(read)], hint=(hints or [None] * len(images))[len(read)]))
             return read
         finally:
             self.lines = lines
@@ -294,8 +298,9 @@ def test_lines_read_together_go_in_groups_and_a_failed_or_lone_line_is_read_alon
     # in its group, is read alone too.
     assert reader.group_sizes == [2, 2]
     assert [line.text for line in result.lines] == ["A7", "B8", "C9", "D0", "E6"]
-    # Lines read together get no draft; a line read alone gets its ONNX text.
-    assert reader.hints == [None, None, "C3", "D4", "E5"]
+    # Every line gets its ONNX text as its draft, read together or alone.
+    assert reader.group_hints == [["A1", "B2"], ["C3", "D4"]]
+    assert reader.hints == ["A1", "B2", "C3", "D4", "E5"]
     assert result.details["cascade"]["lines_replaced"] == 5 and result.details["cascade"]["lines_kept"] == []
 
 

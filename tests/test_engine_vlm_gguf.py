@@ -262,6 +262,38 @@ def test_lines_read_side_by_side_read_as_each_alone_and_the_head_stays() -> None
         together.close()
 
 
+@exact_on_cpu_only
+def test_lines_read_side_by_side_draft_each_from_its_own_hint_and_read_as_alone() -> None:
+    """With hints, read_lines checks each line's drafts in the group's passes: same text, fewer passes."""
+    rng = np.random.default_rng(5)
+    crops = [rng.integers(0, 256, (30, width, 3), dtype=np.uint8) for width in (150, 260, 400)]
+    alone = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
+    together = _engine(
+        "qwen2vl",
+        as_family="qwen2vl_line",
+        draft={"source": "ocr_hint", "extra_token_cost": 0.0},
+        image_max_side=0,
+        lines_together=3,
+    )
+    try:
+        expected = [alone.read(crop) for crop in crops]
+        texts = [_text(page) for page in expected]
+        plain = together.read_lines(crops)
+        drafted = together.read_lines(crops, hints=[texts[0], "nothing like it", None])
+        assert [_text(page) for page in plain] == texts
+        assert [_text(page) for page in drafted] == texts
+        figures = [page.details["vlm_gguf"] for page in drafted]
+        assert [f["draft_source"] for f in figures] == ["ocr_hint", "ocr_hint", "none"]
+        assert figures[0]["accepted_tokens"] > 0
+        assert figures[0]["target_steps"] < plain[0].details["vlm_gguf"]["target_steps"]
+        assert figures[2]["drafted_tokens"] == 0
+        # Rejected drafts leave nothing behind: the group reads again as before, drafted or not.
+        assert [_text(page) for page in together.read_lines(crops)] == texts
+    finally:
+        alone.close()
+        together.close()
+
+
 def test_a_line_reader_gets_each_crop_at_its_trained_size(tmp_path: Path) -> None:
     """qwen2vl_line sizes a crop as train/ does: 28 px high, whole tokens, 8 to 40 of them, at the
     stretch its manifest records (1.0 where it records none, as models from before the stretch)."""

@@ -277,10 +277,15 @@ class _SideBySide:
     def __init__(self, models: list[MarkovModel]) -> None:
         self.models = models
         self.passes: list[int] = []  # how many sequences each pass fed
+        self.batches: list[int] = []  # how many tokens each pass fed, drafts included
 
-    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
+    def step(self, tokens: dict[int, list[int]]) -> dict[int, np.ndarray]:
         self.passes.append(len(tokens))
-        return {sequence: self.models[sequence].append([token])[-1] for sequence, token in tokens.items()}
+        self.batches.append(sum(len(fed) for fed in tokens.values()))
+        return {sequence: self.models[sequence].append(fed) for sequence, fed in tokens.items()}
+
+    def rewind(self, sequence: int, count: int) -> None:
+        self.models[sequence].rewind(count)
 
     def is_end(self, token: int) -> bool:
         return self.models[0].is_end(token)
@@ -325,3 +330,61 @@ def test_lines_side_by_side_stop_together_at_the_deadline() -> None:
     )
     assert [g.stop_reason for g in together] == ["timeout", "timeout"]
     assert [len(g.tokens) for g in together] == [1, 1]
+
+
+def _corrupted(tokens: list[int], wrong: int, seed: int) -> list[int]:
+    """The tokens with `wrong` of them changed: a hint as a first engine with misreads gives it."""
+    hint = list(tokens)
+    rng = np.random.default_rng(seed)
+    for index in rng.choice(len(hint), size=wrong, replace=False):
+        hint[index] = (hint[index] + 7) % 50
+    return hint
+
+
+def test_lines_side_by_side_with_drafts_write_what_each_writes_alone_in_fewer_passes() -> None:
+    seeds = [0, 1, 2, 3]
+    alone = [_plain(max_tokens=60, seed=seed) for seed in seeds]
+    # Right drafts, drafts with misreads, none at all, and drafts that are never right.
+    drafts = [
+        HintDraft(alone[0]),
+        HintDraft(_corrupted(alone[1], 8, seed=1)),
+        None,
+        HintDraft([(token + 13) % 50 for token in alone[3]]),
+    ]
+    models = [MarkovModel(seed=seed) for seed in seeds]
+    target = _SideBySide(models)
+    together = greedy_decode_together(
+        target, [_start(model) for model in models], max_tokens=60, drafts=drafts, policy=GPU_LIKE
+    )
+    assert [g.tokens for g in together] == alone
+    stats = [g.stats for g in together]
+    # The undrafted line takes a pass a token (its last one is written, not fed); the others ride
+    # along while it writes.
+    assert len(target.passes) == stats[2].steps == len(alone[2]) - 1
+    assert stats[0].accepted == stats[0].drafted > 0 and stats[0].steps < len(alone[0]) / 3
+    assert 0 < stats[1].accepted < stats[1].drafted and stats[1].steps < len(alone[1])
+    assert stats[2].drafted == 0 and stats[2].source == "none"
+    assert stats[3].accepted == 0 and stats[3].steps == len(alone[3]) - 1
+    assert max(target.batches) > len(seeds)  # drafts rode in the passes
+    # Every rejected draft was rewound: each model holds its prompt and its kept tokens only.
+    for model, tokens in zip(models, alone, strict=True):
+        fed = model.history[len(PROMPT) :]
+        assert fed == tokens[: len(fed)] and len(fed) >= len(tokens) - 1
+
+
+def test_drafted_lines_side_by_side_finish_in_the_passes_of_the_slowest_line() -> None:
+    seeds = [0, 1, 2]
+    alone = [_plain(max_tokens=60, seed=seed) for seed in seeds]
+    models = [MarkovModel(seed=seed) for seed in seeds]
+    target = _SideBySide(models)
+    together = greedy_decode_together(
+        target,
+        [_start(model) for model in models],
+        max_tokens=60,
+        drafts=[HintDraft(tokens) for tokens in alone],
+        policy=GPU_LIKE,
+    )
+    assert [g.tokens for g in together] == alone
+    # Every line's own output as its draft: a few passes write all three lines, not 60.
+    assert len(target.passes) < 60 / 4
+    assert [g.stop_reason for g in together] == ["max_tokens"] * 3

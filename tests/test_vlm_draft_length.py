@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength
+from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength, GroupDraftLengths
 
 
 def gpu_like(batch: int) -> float:
@@ -90,3 +92,49 @@ def test_costs_measured_on_one_page_serve_the_next() -> None:
     second = DraftLength(k=4, k_min=1, k_max=16, costs=costs)
     assert second.cost(5) == 4.0
     assert DraftLength(k=4, k_min=1, k_max=16).cost(5) == 5.0  # knowing nothing: b tokens cost b
+
+
+def _group_pass(
+    lengths: GroupDraftLengths, lines: list[int], right_until: dict[int, int], cost: Callable[[int], float]
+) -> dict[int, int]:
+    """One pass of lines side by side; line i's drafts are right up to depth right_until[i]."""
+    chosen = lengths.lengths(lines, len(lines))
+    for line, k in chosen.items():
+        lengths.learn(line, k, min(right_until[line], k))
+    lengths.observe_pass(len(lines) + sum(chosen.values()), cost(len(lines) + sum(chosen.values())))
+    return chosen
+
+
+def test_lines_side_by_side_draft_far_where_a_pass_costs_alike_and_a_bad_line_stays_short() -> None:
+    # Passes cost the same up to 256 tokens (a GPU's launch-bound passes for a small model).
+    lengths = GroupDraftLengths(4, k=4, k_min=1, k_max=16)
+    right = {0: 99, 1: 99, 2: 99, 3: 0}
+    for _ in range(40):
+        chosen = _group_pass(lengths, [0, 1, 2, 3], right, lambda batch: 1.0 + max(0, batch - 256) * 0.01)
+    assert [chosen[line] for line in (0, 1, 2)] == [16, 16, 16]
+    # The line whose drafts are never right gets fewer: it adds tokens to the pass for nothing.
+    assert chosen[3] < 16
+
+
+def test_lines_side_by_side_draft_as_alone_where_each_token_costs_a_pass() -> None:
+    lengths = GroupDraftLengths(3, k=4, k_min=1, k_max=16, batch_cost=float)
+    right = {0: 99, 1: 99, 2: 99}
+    for _ in range(30):
+        chosen = _group_pass(lengths, [0, 1, 2], right, float)
+    assert chosen == {0: 1, 1: 1, 2: 1}
+
+
+def test_lines_side_by_side_keep_drafts_shortest_where_they_earn_least() -> None:
+    # Cost grows with the pass: drafts go to the lines whose drafts are right, in depth order.
+    lengths = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=lambda batch: 1 + 0.1 * (batch - 1))
+    right = {0: 99, 1: 2}
+    for _ in range(30):
+        chosen = _group_pass(lengths, [0, 1], right, float)
+    assert chosen[0] == 16
+    assert chosen[1] in (2, 3)
+
+
+def test_lines_side_by_side_draft_from_the_first_pass_and_nothing_for_lines_not_drafting() -> None:
+    lengths = GroupDraftLengths(3, k=4, k_min=1, k_max=16)
+    assert lengths.lengths([0, 2], 3) == {0: 4, 2: 4}
+    assert lengths.lengths([], 3) == {}

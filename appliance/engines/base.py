@@ -81,8 +81,8 @@ class SecondReader(Protocol):
     (pipeline/cascade.py; a quarter where it has none), `auto_keep`, the read a re-read line keeps
     under `cascade.keep: auto` (`second` or `more_confident`, the surer; the surer where it has
     none), and `lines_together` with
-    `read_lines(crops, deadline=...)` -> one PageText per crop, to be sent a page's lines that
-    many at a time, without hints (the VLM engine's line reader).
+    `read_lines(crops, deadline=..., hints=...)` -> one PageText per crop, to be sent a page's
+    lines that many at a time, each with its hint (the VLM engine's line reader).
     """
 
     name: str

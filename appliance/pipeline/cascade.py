@@ -225,9 +225,9 @@ class Cascade:
 
         None comes once the page's time ran out; nothing after it is read.
         A reader that reads lines side by side (`lines_together` > 1, `read_lines`) gets them in
-        groups, without the ONNX text as a draft; a group that fails is read again one line at a
-        time, so one bad crop costs only its own line. A line alone in its group is read alone,
-        drafted from its ONNX text: side by side saves passes only where there are several.
+        groups, each line with its ONNX text as its draft; a group that fails is read again one
+        line at a time, so one bad crop costs only its own line. A line alone in its group is read
+        alone: side by side saves passes only where there are several.
         """
         together = int(getattr(self._reader, "lines_together", 1))
         read_lines = getattr(self._reader, "read_lines", None)
@@ -237,7 +237,7 @@ class Cascade:
             if len(group) > 1 and read_lines is not None and time.monotonic() < deadline:
                 try:
                     crops = [_crop(image, lines[index], self._margin) for index in group]
-                    reads = read_lines(crops, deadline=deadline)
+                    reads = read_lines(crops, deadline=deadline, hints=[lines[i].text for i in group])
                 except Exception as error:  # the group is read again line by line below
                     log.warning(
                         "VLM read of %d lines together failed, read one by one: %s", len(group), error

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength
+from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength, GroupDraftLengths
 from appliance.engines.vlm_gguf.drafts import DraftSource
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 
@@ -240,10 +240,14 @@ def greedy_decode(
 
 
 class Sequences(Protocol):
-    """Several sequences past their prompts, decoded side by side: one pass feeds a token to each."""
+    """Several sequences past their prompts, decoded side by side: one pass feeds tokens to each."""
 
-    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
-        """Feed one token to each sequence named; return each one's logits row after it."""
+    def step(self, tokens: dict[int, list[int]]) -> dict[int, np.ndarray]:
+        """Feed tokens to each sequence named; return one row of logits per token fed to each."""
+        ...
+
+    def rewind(self, sequence: int, count: int) -> None:
+        """Forget the last `count` tokens fed to `sequence` (its rejected drafts)."""
         ...
 
     def is_end(self, token: int) -> bool:
@@ -256,49 +260,111 @@ def greedy_decode_together(
     first_logits: Sequence[np.ndarray],
     *,
     max_tokens: int,
+    drafts: Sequence[DraftSource | None] | None = None,
+    policy: DraftPolicy | None = None,
     guard: LoopGuard | None = None,
     deadline: float | None = None,
     should_stop: Callable[[list[int]], bool] | None = None,
+    costs: BatchCosts | None = None,
 ) -> list[Generation]:
     """Generate greedily on sequences 0..n-1 at once, from each one's logits after its prompt.
 
     Each pass feeds the token just chosen on every sequence still writing, so n short lines cost
     as many passes as the longest of them, not their sum: for a small model a pass is mostly fixed
-    cost (launches, host work), whatever its batch. Each sequence writes what `greedy_decode` would
-    write alone (on f32 models; batched kernels may round differently on quantized ones) and stops
-    for the same reasons. A pass's time is shared out equally among the sequences in it.
+    cost (launches, host work), whatever its batch. `drafts` gives a sequence a draft source (None:
+    it drafts nothing); its drafts ride in the same pass, after its chosen token, and are checked
+    as `greedy_decode` checks them, with lengths chosen for the whole pass (GroupDraftLengths).
+    Each sequence writes what `greedy_decode` would write alone (on f32 models; batched kernels
+    may round differently on quantized ones) and stops for the same reasons. A pass's time is
+    shared out equally among the sequences in it.
     """
+    policy = policy or DraftPolicy()
     count = len(first_logits)
+    sources = list(drafts) if drafts is not None else [None] * count
     tokens: list[list[int]] = [[] for _ in range(count)]
     probabilities: list[list[float]] = [[] for _ in range(count)]
-    stats = [DecodeStats() for _ in range(count)]
+    stats = [DecodeStats(source=source.name if source else "none") for source in sources]
     reasons: list[str | None] = [None] * count
+    drafting = [source is not None for source in sources]
+    lengths = GroupDraftLengths(
+        count, policy.k, policy.k_min, policy.k_max, batch_cost=policy.batch_cost, costs=costs
+    )
     logits = dict(enumerate(first_logits))
     while True:
-        step: dict[int, int] = {}
+        pass_started = time.perf_counter()
+        written_ms = 0.0  # each written token's own work: it does not depend on the drafts (greedy_decode)
+        feed: dict[int, list[int]] = {}
         for sequence, row in logits.items():
             token = int(np.argmax(row))
             if target.is_end(token):
                 reasons[sequence] = "end"
                 continue
+            written_started = time.perf_counter()
             written = tokens[sequence]
             written.append(token)
             probabilities[sequence].append(_probability(row, token))
             reasons[sequence] = _stop_reason(written, max_tokens, guard, should_stop)
+            written_ms += (time.perf_counter() - written_started) * 1000
             if reasons[sequence] is None:
-                step[sequence] = token
-        if step and deadline is not None and time.monotonic() > deadline:
-            for sequence in step:
+                feed[sequence] = [token]
+        if feed and deadline is not None and time.monotonic() > deadline:
+            for sequence in feed:
                 reasons[sequence] = "timeout"
-            step = {}
-        if not step:
+            feed = {}
+        if not feed:
             break
+        drafters = [sequence for sequence in feed if drafting[sequence]]
+        for sequence, k in lengths.lengths(drafters, len(feed)).items():
+            source = sources[sequence]
+            assert source is not None  # only drafting sequences are given a length
+            started = time.perf_counter()
+            proposal = source.propose(tokens[sequence], min(k, max_tokens - len(tokens[sequence])))
+            stats[sequence].draft_ms += (time.perf_counter() - started) * 1000
+            stats[sequence].k_history.append(k)
+            feed[sequence].extend(proposal)
         started = time.perf_counter()
-        logits = target.step(step)
-        share = (time.perf_counter() - started) * 1000 / len(step)
-        for sequence in step:
-            stats[sequence].steps += 1
-            stats[sequence].target_ms += share
+        rows = target.step(feed)
+        share = (time.perf_counter() - started) * 1000 / len(feed)
+        logits = {}
+        for sequence, fed in feed.items():
+            sequence_stats = stats[sequence]
+            sequence_stats.steps += 1
+            sequence_stats.target_ms += share
+            proposal = fed[1:]
+            accepted = 0
+            for index, proposed in enumerate(proposal):
+                if int(np.argmax(rows[sequence][index])) != proposed:
+                    break
+                accepted += 1
+                if target.is_end(proposed):
+                    reasons[sequence] = "end"
+                    break
+                written_started = time.perf_counter()
+                tokens[sequence].append(proposed)
+                probabilities[sequence].append(_probability(rows[sequence][index], proposed))
+                reasons[sequence] = _stop_reason(tokens[sequence], max_tokens, guard, should_stop)
+                written_ms += (time.perf_counter() - written_started) * 1000
+                if reasons[sequence]:
+                    break
+            if proposal:
+                sequence_stats.drafted += len(proposal)
+                sequence_stats.accepted += accepted
+                if accepted < len(proposal) and reasons[sequence] is None:
+                    target.rewind(sequence, len(proposal) - accepted)
+                source = sources[sequence]
+                if source is not None:
+                    source.observe(tokens[sequence])
+                lengths.learn(sequence, len(proposal), accepted)
+                drafted, right = sequence_stats.drafted, sequence_stats.accepted
+                if drafted >= policy.min_drafted and right < policy.min_acceptance * drafted:
+                    drafting[sequence] = False
+                    sequence_stats.disabled_after = len(tokens[sequence])
+            if reasons[sequence] is None:
+                logits[sequence] = rows[sequence][accepted]
+        if drafters:
+            # The whole pass counts, less each written token's work, as in greedy_decode.
+            pass_ms = (time.perf_counter() - pass_started) * 1000 - written_ms
+            lengths.observe_pass(sum(len(fed) for fed in feed.values()), pass_ms)
     generations = []
     for sequence in range(count):
         stats[sequence].generated = len(tokens[sequence])

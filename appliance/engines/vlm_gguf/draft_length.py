@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 # Counts from earlier in the page fade by this much a step, so a page whose hint turns bad (or
 # good) halfway changes k within a dozen or two steps.
@@ -56,6 +56,66 @@ class BatchCosts:
         return {size: statistics.median(times) for size, times in self._timings.items()}
 
 
+class DepthAcceptance:
+    """How often one page's (or line's) drafts were right at each depth, earlier steps fading."""
+
+    def __init__(self, k_max: int) -> None:
+        self.k_max = k_max
+        self._tries = [0.0] * (k_max + 1)  # index d: fading count of drafts tried at depth d
+        self._right = [0.0] * (k_max + 1)
+
+    def learn(self, proposed: int, accepted: int) -> None:
+        """One step: `proposed` drafts, of which the first `accepted` were right."""
+        for depth in range(1, self.k_max + 1):
+            self._tries[depth] *= _FADE
+            self._right[depth] *= _FADE
+        for depth in range(1, min(proposed, accepted + 1, self.k_max) + 1):
+            self._tries[depth] += 1
+            if depth <= accepted:
+                self._right[depth] += 1
+
+    def rates(self, deepest: int) -> Iterator[float]:
+        """The rates of depths 1..deepest, each pulled toward the depth above it.
+
+        The first is pulled toward one half; so a depth tried once or never takes its neighbour's
+        rate rather than a guess of its own.
+        """
+        rate, weight = 0.5, 1.0
+        for depth in range(1, deepest + 1):
+            rate = (self._right[depth] + weight * rate) / (self._tries[depth] + weight)
+            weight = 2.0
+            yield rate
+
+    def expected(self, deepest: int) -> list[float]:
+        """Expected tokens of a step with 0..deepest drafts: 1 + a1 + a1*a2 + ..., built depth by depth."""
+        totals, chain = [1.0], 1.0
+        for rate in self.rates(deepest):
+            chain *= rate
+            totals.append(totals[-1] + chain)
+        return totals
+
+
+def estimated_cost(batch: int, known: dict[int, float]) -> float:
+    """What a pass over `batch` tokens costs, from the median timings of the sizes measured so far."""
+    if not known:
+        return float(batch)
+    if batch in known:
+        return known[batch]
+    sizes = sorted(known)
+    below = [size for size in sizes if size < batch]
+    above = [size for size in sizes if size > batch]
+    if below and above:  # between two measured sizes: on the line through them
+        low, high = below[-1], above[0]
+        return known[low] + (known[high] - known[low]) * (batch - low) / (high - low)
+    if above:  # smaller than anything measured: in proportion to the smallest measured
+        return known[above[0]] * batch / above[0]
+    if len(sizes) >= 2:  # larger: the last measured slope carried on (never falling)
+        low, high = sizes[-2], sizes[-1]
+        slope = max((known[high] - known[low]) / (high - low), 0.0)
+        return known[high] + slope * (batch - high)
+    return known[sizes[-1]] * batch / sizes[-1]
+
+
 class DraftLength:
     """Learns a page's acceptance by depth (and cost by batch size); proposes the next draft length."""
 
@@ -69,8 +129,7 @@ class DraftLength:
     ) -> None:
         self.k_min, self.k_max = k_min, k_max
         self.k = max(k_min, min(k, k_max))
-        self._tries = [0.0] * (k_max + 1)  # index d: fading count of drafts tried at depth d
-        self._right = [0.0] * (k_max + 1)
+        self._depths = DepthAcceptance(k_max)
         self._fixed_cost = batch_cost  # a known cost model (tests, a site's measurement)
         self._costs = costs if costs is not None else BatchCosts()
         self._steps = 0
@@ -80,13 +139,7 @@ class DraftLength:
         self._costs.observe(batch, milliseconds)
         if not proposed:
             return
-        for depth in range(1, self.k_max + 1):
-            self._tries[depth] *= _FADE
-            self._right[depth] *= _FADE
-        for depth in range(1, min(proposed, accepted + 1, self.k_max) + 1):
-            self._tries[depth] += 1
-            if depth <= accepted:
-                self._right[depth] += 1
+        self._depths.learn(proposed, accepted)
         self._steps += 1
         best = self.best()
         longer = best + 1
@@ -101,19 +154,7 @@ class DraftLength:
 
     def acceptance(self, depth: int) -> float:
         """Share of drafts right at `depth`, given every shallower one was."""
-        return list(self._acceptances(depth))[-1]
-
-    def _acceptances(self, deepest: int) -> Iterator[float]:
-        """The rates of depths 1..deepest, each pulled toward the depth above it.
-
-        The first is pulled toward one half; so a depth tried once or never takes its neighbour's
-        rate rather than a guess of its own.
-        """
-        rate, weight = 0.5, 1.0
-        for depth in range(1, deepest + 1):
-            rate = (self._right[depth] + weight * rate) / (self._tries[depth] + weight)
-            weight = 2.0
-            yield rate
+        return list(self._depths.rates(depth))[-1]
 
     def cost(self, batch: int) -> float:
         """What a forward pass over `batch` tokens costs (ms, or the fixed model's unit)."""
@@ -122,43 +163,99 @@ class DraftLength:
     def _cost(self, batch: int, known: dict[int, float]) -> float:
         if self._fixed_cost is not None:
             return self._fixed_cost(batch)
-        if not known:
-            return float(batch)
-        if batch in known:
-            return known[batch]
-        sizes = sorted(known)
-        below = [size for size in sizes if size < batch]
-        above = [size for size in sizes if size > batch]
-        if below and above:  # between two measured sizes: on the line through them
-            low, high = below[-1], above[0]
-            return known[low] + (known[high] - known[low]) * (batch - low) / (high - low)
-        if above:  # smaller than anything measured: in proportion to the smallest measured
-            return known[above[0]] * batch / above[0]
-        if len(sizes) >= 2:  # larger: the last measured slope carried on (never falling)
-            low, high = sizes[-2], sizes[-1]
-            slope = max((known[high] - known[low]) / (high - low), 0.0)
-            return known[high] + slope * (batch - high)
-        return known[sizes[-1]] * batch / sizes[-1]
+        return estimated_cost(batch, known)
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a step with k drafts writes on average (the chosen one and the right drafts)."""
-        return self._expected(k)[k]
-
-    def _expected(self, deepest: int) -> list[float]:
-        """Expected tokens of a step with 0..deepest drafts: 1 + a1 + a1*a2 + ..., built depth by depth."""
-        totals, chain = [1.0], 1.0
-        for rate in self._acceptances(deepest):
-            chain *= rate
-            totals.append(totals[-1] + chain)
-        return totals
+        return self._depths.expected(k)[k]
 
     def best(self) -> int:
         """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
         # Runs every step: the medians once, the acceptance chain built once for every depth.
         known = self._costs.medians() if self._fixed_cost is None else {}
-        expected = self._expected(self.k_max)
+        expected = self._depths.expected(self.k_max)
         rates = {
             k: expected[k] / max(self._cost(k + 1, known), 1e-9) for k in range(self.k_min, self.k_max + 1)
         }
         top = max(rates.values())
         return min(k for k, value in rates.items() if value >= top * 0.999)
+
+
+class GroupDraftLengths:
+    """Draft lengths for lines decoded side by side, where one pass verifies every line's drafts.
+
+    A pass's cost is that of all its tokens together, so the lengths are chosen together: each
+    line's acceptance by depth is learnt as DraftLength learns a page's, and the drafts likeliest
+    to be right, over all the lines, are taken while they raise the expected tokens per unit of
+    the pass's cost. A line's deeper draft is never likelier than its shallower ones (each is
+    right only if they all are), so taking the likeliest first always takes a line's drafts in
+    order. On a GPU, where a pass over a few hundred tokens costs about what one over a few dozen
+    does, every line drafts far; on a CPU, where cost follows the tokens, each drafts as it would
+    alone.
+    """
+
+    def __init__(
+        self,
+        lines: int,
+        k: int,
+        k_min: int,
+        k_max: int,
+        *,
+        batch_cost: Callable[[int], float] | None = None,
+        costs: BatchCosts | None = None,
+    ) -> None:
+        self.k_min, self.k_max = k_min, k_max
+        self._first = max(k_min, min(k, k_max))  # every line's drafts on the first pass
+        self._depths = [DepthAcceptance(k_max) for _ in range(lines)]
+        self._fixed_cost = batch_cost
+        self._costs = costs if costs is not None else BatchCosts()
+        self._passes = 0
+
+    def lengths(self, drafting: Sequence[int], written: int) -> dict[int, int]:
+        """How many tokens each of the `drafting` lines drafts on the next pass.
+
+        `written`: the lines the pass feeds a token each, the drafting ones among them.
+        """
+        if not drafting:
+            return {}
+        if not self._passes:
+            return dict.fromkeys(drafting, self._first)
+        known = self._costs.medians() if self._fixed_cost is None else {}
+        cost = self._fixed_cost or (lambda batch: estimated_cost(batch, known))
+        counts = dict.fromkeys(drafting, self.k_min)
+        likeliest: list[tuple[float, int]] = []  # (chance the draft is right, line), deeper drafts after
+        gained = float(written)  # the tokens the pass is expected to write
+        for line in drafting:
+            expected = self._depths[line].expected(self.k_max)
+            gained += expected[self.k_min] - 1.0
+            deeper = range(self.k_min + 1, self.k_max + 1)
+            likeliest.extend((expected[depth] - expected[depth - 1], line) for depth in deeper)
+        likeliest.sort(key=lambda item: -item[0])  # stable: a line's depths stay in order on a tie
+        batch = written + self.k_min * len(drafting)
+        best_rate, best_taken = gained / max(cost(batch), 1e-9), 0
+        for taken, (chance, _) in enumerate(likeliest, start=1):
+            gained += chance
+            rate = gained / max(cost(batch + taken), 1e-9)
+            if rate > best_rate * 1.001:
+                best_rate, best_taken = rate, taken
+        if (
+            self._fixed_cost is None
+            and self._passes % _PROBE_EVERY == 0
+            and self._costs.samples(batch + best_taken + len(drafting)) < _PROBE_SAMPLES
+        ):
+            # Now and then one draft more a line, as DraftLength probes one longer: costs are only
+            # known where they were measured.
+            best_taken = min(best_taken + len(drafting), len(likeliest))
+        for _, line in likeliest[:best_taken]:
+            counts[line] += 1
+        return counts
+
+    def observe_pass(self, batch: int, milliseconds: float) -> None:
+        """One pass over `batch` tokens (every line's chosen token and drafts) took `milliseconds`."""
+        self._costs.observe(batch, milliseconds)
+        self._passes += 1
+
+    def learn(self, line: int, proposed: int, accepted: int) -> None:
+        """A line's drafts of the pass: `proposed`, of which the first `accepted` were right."""
+        if proposed:
+            self._depths[line].learn(proposed, accepted)

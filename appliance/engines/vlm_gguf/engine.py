@@ -274,22 +274,35 @@ class VlmGgufEngine:
             self.last_generation = page.generation
             return self._page_text(page, image.shape, total_ms, gpu_used)
 
-    def read_lines(self, images: Sequence[np.ndarray], deadline: float | None = None) -> list[PageText]:
+    def read_lines(
+        self,
+        images: Sequence[np.ndarray],
+        deadline: float | None = None,
+        hints: Sequence[str | None] | None = None,
+    ) -> list[PageText]:
         """Read BGR line crops side by side, `lines_together` at a time, one PageText per crop.
 
         A pass feeds one token to every line still writing, so a group costs as many passes as its
-        longest line. No drafts: a pass checks one token of many lines instead of many of one. Each
-        line's timings are its share of its group's (they add up to the group's time).
+        longest line. `hints` are the lines' texts as another engine read them: with draft.source
+        `ocr_hint` each line drafts from its own, its drafts checked in the same pass as every
+        line's next token. Each line's timings are its share of its group's (they add up to the
+        group's time).
         """
         if not self.profile.line_input:
             raise ModelError(f"{self.profile.family} reads pages: read_lines is for a line reader")
+        if hints is not None and len(hints) != len(images):
+            raise ValueError(f"{len(images)} lines but {len(hints)} hints")
         read: list[PageText] = []
         with self._busy:
             for start in range(0, len(images), self.lines_together):
-                read.extend(self._read_together(images[start : start + self.lines_together], deadline))
+                end = start + self.lines_together
+                group_hints = hints[start:end] if hints is not None else [None] * len(images[start:end])
+                read.extend(self._read_together(images[start:end], group_hints, deadline))
         return read
 
-    def _read_together(self, images: Sequence[np.ndarray], deadline: float | None) -> list[PageText]:
+    def _read_together(
+        self, images: Sequence[np.ndarray], hints: Sequence[str | None], deadline: float | None
+    ) -> list[PageText]:
         context = self._context
         started = time.perf_counter()
         try:
@@ -306,14 +319,18 @@ class VlmGgufEngine:
             max_tokens = min(self.profile.max_tokens, (context.n_ctx - used) // len(prompts) - 1)
             if deadline is None and self._config.timeout_seconds_per_page:
                 deadline = time.monotonic() + self._config.timeout_seconds_per_page
+            drafts = [self._hint_draft(hint) for hint in hints]
             decode_started = time.perf_counter()
             generations = greedy_decode_together(
                 _SideBySide(context, [p.position for p in prompts]),
                 [p.logits for p in prompts],
                 max_tokens=max_tokens,
+                drafts=drafts if any(drafts) else None,
+                policy=self._policy,
                 guard=self._guard,
                 deadline=deadline,
                 should_stop=self._hit_stop if self.profile.stop else None,
+                costs=self._batch_costs,
             )
             decode_ms = (time.perf_counter() - decode_started) * 1000
         finally:
@@ -322,9 +339,14 @@ class VlmGgufEngine:
         total_ms = (time.perf_counter() - started) * 1000
         count = len(images)
         read = []
-        for image, line_prompt, generation in zip(images, prompts, generations, strict=True):
+        for image, hint, line_prompt, generation in zip(images, hints, prompts, generations, strict=True):
             page = self._page_read(
-                line_prompt, generation, prompt_ms / count, decode_ms / count, lines_together=count
+                line_prompt,
+                generation,
+                prompt_ms / count,
+                decode_ms / count,
+                lines_together=count,
+                hint_chars=len(hint or ""),
             )
             read.append(self._page_text(page, image.shape, total_ms / count, gpu_used))
         return read
@@ -459,8 +481,8 @@ class VlmGgufEngine:
         source = self._config.draft.source
         if hint_tokens:
             return HintDraft(hint_tokens)
-        if source == "ocr_hint" and hint:
-            return TextHintDraft(hint, self._model.piece, self._model.tokenize)
+        if source == "ocr_hint":
+            return self._hint_draft(hint)
         if source == "model" and self._draft_context is not None:
             self._draft_context.reset()
             # The draft model cannot see the image: it gets the prompt's text and what was written.
@@ -468,6 +490,12 @@ class VlmGgufEngine:
             self._draft_context.seal()
             return ModelDraft(self._draft_context)
         return None
+
+    def _hint_draft(self, hint: str | None) -> TextHintDraft | None:
+        """Drafts from another engine's text of the page or line, where draft.source is `ocr_hint`."""
+        if self._config.draft.source != "ocr_hint" or not hint:
+            return None
+        return TextHintDraft(hint, self._model.piece, self._model.tokenize)
 
     def _lines(self, read: list[TextLine], width: int, height: int) -> list[Line]:
         """Lines in page pixels, in bands of the page where the model gave no location.
@@ -509,13 +537,17 @@ class _SideBySide:
         self._context = context
         self._positions = positions
 
-    def step(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:
+    def step(self, tokens: dict[int, list[int]]) -> dict[int, np.ndarray]:
         rows = self._context.feed_sequences(
-            [(sequence, self._positions[sequence], [token]) for sequence, token in tokens.items()]
+            [(sequence, self._positions[sequence], fed) for sequence, fed in tokens.items()], every_row=True
         )
-        for sequence in tokens:
-            self._positions[sequence] += 1
+        for sequence, fed in tokens.items():
+            self._positions[sequence] += len(fed)
         return dict(zip(tokens, rows, strict=True))
+
+    def rewind(self, sequence: int, count: int) -> None:
+        self._positions[sequence] -= count
+        self._context.forget(sequence, self._positions[sequence])
 
     def is_end(self, token: int) -> bool:
         return self._context.is_end(token)

@@ -340,14 +340,17 @@ class Context:
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
-    def feed_sequences(self, parts: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
+    def feed_sequences(
+        self, parts: Sequence[tuple[int, int, Sequence[int]]], every_row: bool = False
+    ) -> list[np.ndarray]:
         """Feed tokens to several sequences in one pass: `(sequence, first position, tokens)` each.
 
-        Returns each part's last logits row, in the order given. Sequence 0's own position
-        (`position`, `rewind`) is not moved: the caller tracks every sequence's position.
+        Returns each part's last logits row, in the order given; with `every_row`, each part's rows
+        of all its tokens (tokens x n_vocab: a line's drafts being checked). Sequence 0's own
+        position (`position`, `rewind`) is not moved: the caller tracks every sequence's position.
         """
         entries = [
-            (sequence, first + offset, token, offset == len(tokens) - 1)
+            (sequence, first + offset, token, every_row or offset == len(tokens) - 1)
             for sequence, first, tokens in parts
             for offset, token in enumerate(tokens)
         ]
@@ -358,11 +361,23 @@ class Context:
         for start in range(0, len(entries), n_batch):
             chunk = entries[start : start + n_batch]
             self._decode(chunk, f"on {len(parts)} lines")
+            if every_row:  # every row asked for: llama.cpp keeps them side by side, one copy
+                pointer = llama_cpp.llama_get_logits(self.ctx)
+                rows.append(np.ctypeslib.as_array(pointer, shape=(len(chunk), self.model.n_vocab)).copy())
+                continue
             for index, entry in enumerate(chunk):
                 if entry[3]:
                     pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
                     rows.append(np.ctypeslib.as_array(pointer, shape=(self.model.n_vocab,)).copy())
-        return rows
+        if not every_row:
+            return rows
+        block = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        ends = np.cumsum([len(tokens) for _, _, tokens in parts])
+        return np.split(block, ends[:-1])
+
+    def forget(self, sequence: int, position: int) -> None:
+        """Drop `sequence`'s cells from `position` on (its rejected drafts)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, sequence, position, -1)
 
     def _decode(self, entries: Sequence[tuple[int, int, int, bool]], where: str) -> None:
         """One llama_decode of `(sequence, position, token, wants logits)` entries, n_batch at most."""
