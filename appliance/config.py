@@ -254,9 +254,9 @@ class VlmGgufConfig(_Strict):
     reuse_prompt_head: StrictBool = True
     # A line reader (qwen2vl_line) decodes this many of a page's unsure lines side by side, one pass
     # writing a token of each and checking each line's drafts (draft.source ocr_hint: its ONNX
-    # text); 1: one at a time. 8 (without drafts) decoded receipt lines 1.65x faster than one by one on the CPU (16:
-    # 1.77x, bench/README "Lines side by side") and keep a 17M line reader's cache within the
-    # 4,096 tokens it was trained on.
+    # text); 1: one at a time. 8 (without drafts) decoded receipt lines 1.65x faster than one by
+    # one on the CPU (16: 1.77x, bench/README "Lines side by side") and keep a 17M line reader's
+    # cache within the 4,096 tokens it was trained on.
     lines_together: StrictInt = Field(default=8, ge=1, le=64)
     draft: VlmDraftConfig = VlmDraftConfig()
     repetition: VlmRepetitionConfig = VlmRepetitionConfig()

@@ -6,7 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
-from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength, GroupDraftLengths
+from appliance.engines.vlm_gguf.draft_length import (
+    BatchCosts,
+    DepthAcceptance,
+    DraftLength,
+    GroupDraftLengths,
+)
 
 
 def gpu_like(batch: int) -> float:
@@ -138,3 +143,27 @@ def test_lines_side_by_side_draft_from_the_first_pass_and_nothing_for_lines_not_
     lengths = GroupDraftLengths(3, k=4, k_min=1, k_max=16)
     assert lengths.lengths([0, 2], 3) == {0: 4, 2: 4}
     assert lengths.lengths([], 3) == {}
+
+
+def test_a_page_starts_from_earlier_pages_rates_and_adds_its_own_to_them() -> None:
+    prior = DepthAcceptance(16)
+    first = DraftLength(k=2, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    _feed(first, 30, right_until=99)
+    # A new page whose hint has been right so far drafts far from its first step, not from k.
+    second = DraftLength(k=2, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    assert second.k == 16
+    # Its own steps soon outweigh the prior: drafts wrong from the first token shorten it.
+    _feed(second, 10, right_until=0)
+    assert second.k == 1
+    # And what it saw goes into the prior: the next page starts shorter than the second did.
+    assert DraftLength(k=2, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior).k < 16
+    assert DraftLength(k=2, k_min=1, k_max=16, batch_cost=gpu_like).k == 2  # no prior: k
+
+
+def test_lines_side_by_side_start_from_earlier_lines_rates() -> None:
+    prior = DepthAcceptance(16)
+    first = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    for _ in range(20):
+        _group_pass(first, [0, 1], {0: 99, 1: 99}, gpu_like)
+    later = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    assert later.lengths([0, 1], 2) == {0: 16, 1: 16}

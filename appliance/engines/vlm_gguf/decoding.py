@@ -15,7 +15,12 @@ from typing import Protocol
 
 import numpy as np
 
-from appliance.engines.vlm_gguf.draft_length import BatchCosts, DraftLength, GroupDraftLengths
+from appliance.engines.vlm_gguf.draft_length import (
+    BatchCosts,
+    DepthAcceptance,
+    DraftLength,
+    GroupDraftLengths,
+)
 from appliance.engines.vlm_gguf.drafts import DraftSource
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 
@@ -148,11 +153,13 @@ def greedy_decode(
     deadline: float | None = None,
     should_stop: Callable[[list[int]], bool] | None = None,
     costs: BatchCosts | None = None,
+    prior: DepthAcceptance | None = None,
 ) -> Generation:
     """Generate greedily from `first_logits` (the logits after the prompt).
 
     `costs`: the step timings of earlier pages on the same model, to choose draft lengths from
-    the first step (the caller keeps it; None: this page measures its own).
+    the first step (the caller keeps it; None: this page measures its own). `prior`: how often
+    earlier pages' drafts were right by depth, likewise (the page adds its own to it).
 
     With a draft source, up to k proposed tokens are fed together with the token just chosen; the
     draft tokens are accepted while each equals the argmax of the logits before it, which is what
@@ -164,7 +171,7 @@ def greedy_decode(
     tokens: list[int] = []
     probabilities: list[float] = []
     logits = first_logits
-    lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs)
+    lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs, prior=prior)
     drafting = draft is not None
 
     def finish(reason: str) -> Generation:
@@ -266,6 +273,7 @@ def greedy_decode_together(
     deadline: float | None = None,
     should_stop: Callable[[list[int]], bool] | None = None,
     costs: BatchCosts | None = None,
+    prior: DepthAcceptance | None = None,
 ) -> list[Generation]:
     """Generate greedily on sequences 0..n-1 at once, from each one's logits after its prompt.
 
@@ -273,7 +281,8 @@ def greedy_decode_together(
     as many passes as the longest of them, not their sum: for a small model a pass is mostly fixed
     cost (launches, host work), whatever its batch. `drafts` gives a sequence a draft source (None:
     it drafts nothing); its drafts ride in the same pass, after its chosen token, and are checked
-    as `greedy_decode` checks them, with lengths chosen for the whole pass (GroupDraftLengths).
+    as `greedy_decode` checks them, with lengths chosen for the whole pass (GroupDraftLengths;
+    `costs` and `prior` as for greedy_decode).
     Each sequence writes what `greedy_decode` would write alone (on f32 models; batched kernels
     may round differently on quantized ones) and stops for the same reasons. A pass's time is
     shared out equally among the sequences in it.
@@ -287,7 +296,7 @@ def greedy_decode_together(
     reasons: list[str | None] = [None] * count
     drafting = [source is not None for source in sources]
     lengths = GroupDraftLengths(
-        count, policy.k, policy.k_min, policy.k_max, batch_cost=policy.batch_cost, costs=costs
+        count, policy.k, policy.k_min, policy.k_max, batch_cost=policy.batch_cost, costs=costs, prior=prior
     )
     logits = dict(enumerate(first_logits))
     while True:

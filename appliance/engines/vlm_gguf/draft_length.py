@@ -34,6 +34,9 @@ _SAMPLES = 9
 # (the page's first pass, say), would otherwise never be tried again.
 _PROBE_EVERY = 8
 _PROBE_SAMPLES = 3
+# A page starts from earlier pages' rates by depth as sure of them as this many steps of its own
+# would make it: its own first steps already outweigh them.
+_PRIOR_WEIGHT = 3.0
 
 
 class BatchCosts:
@@ -45,9 +48,11 @@ class BatchCosts:
 
     def __init__(self) -> None:
         self._timings: dict[int, deque[float]] = {}
+        self.observed = 0  # passes timed in all
 
     def observe(self, batch: int, milliseconds: float) -> None:
         self._timings.setdefault(batch, deque(maxlen=_SAMPLES)).append(milliseconds)
+        self.observed += 1
 
     def samples(self, batch: int) -> int:
         return len(self._timings.get(batch, ()))
@@ -57,12 +62,29 @@ class BatchCosts:
 
 
 class DepthAcceptance:
-    """How often one page's (or line's) drafts were right at each depth, earlier steps fading."""
+    """How often drafts were right at each depth, earlier steps fading.
+
+    One per page (or line) as it is written; and one per engine over all its pages, the prior a
+    new page starts from (`seeded`): a line of a dozen tokens is written in two or three passes,
+    too few to learn its own rates before they would have paid.
+    """
 
     def __init__(self, k_max: int) -> None:
         self.k_max = k_max
         self._tries = [0.0] * (k_max + 1)  # index d: fading count of drafts tried at depth d
         self._right = [0.0] * (k_max + 1)
+
+    @property
+    def tried(self) -> bool:
+        return self._tries[1] > 0
+
+    def seeded(self, weight: float) -> DepthAcceptance:
+        """A fresh record that starts from these rates, as sure of them as `weight` steps would be."""
+        seed = DepthAcceptance(self.k_max)
+        scale = min(1.0, weight / self._tries[1]) if self.tried else 0.0
+        seed._tries = [count * scale for count in self._tries]
+        seed._right = [count * scale for count in self._right]
+        return seed
 
     def learn(self, proposed: int, accepted: int) -> None:
         """One step: `proposed` drafts, of which the first `accepted` were right."""
@@ -126,13 +148,17 @@ class DraftLength:
         k_max: int,
         batch_cost: Callable[[int], float] | None = None,
         costs: BatchCosts | None = None,
+        *,
+        prior: DepthAcceptance | None = None,
     ) -> None:
         self.k_min, self.k_max = k_min, k_max
-        self.k = max(k_min, min(k, k_max))
-        self._depths = DepthAcceptance(k_max)
         self._fixed_cost = batch_cost  # a known cost model (tests, a site's measurement)
         self._costs = costs if costs is not None else BatchCosts()
         self._steps = 0
+        # `prior`: the rates of earlier pages (the caller keeps it); the page learns into it too.
+        self._prior = prior
+        self._depths = prior.seeded(_PRIOR_WEIGHT) if prior is not None else DepthAcceptance(k_max)
+        self.k = self.best() if self._depths.tried else max(k_min, min(k, k_max))
 
     def observe(self, proposed: int, accepted: int, batch: int, milliseconds: float) -> None:
         """One step: `proposed` drafts of which the first `accepted` were right, `batch` tokens fed."""
@@ -140,6 +166,8 @@ class DraftLength:
         if not proposed:
             return
         self._depths.learn(proposed, accepted)
+        if self._prior is not None:
+            self._prior.learn(proposed, accepted)
         self._steps += 1
         best = self.best()
         longer = best + 1
@@ -203,10 +231,15 @@ class GroupDraftLengths:
         *,
         batch_cost: Callable[[int], float] | None = None,
         costs: BatchCosts | None = None,
+        prior: DepthAcceptance | None = None,
     ) -> None:
         self.k_min, self.k_max = k_min, k_max
-        self._first = max(k_min, min(k, k_max))  # every line's drafts on the first pass
-        self._depths = [DepthAcceptance(k_max) for _ in range(lines)]
+        # Every line's drafts on the first pass, unless earlier lines' rates (`prior`) say more.
+        self._first = max(k_min, min(k, k_max))
+        self._prior = prior
+        self._depths = [
+            prior.seeded(_PRIOR_WEIGHT) if prior is not None else DepthAcceptance(k_max) for _ in range(lines)
+        ]
         self._fixed_cost = batch_cost
         self._costs = costs if costs is not None else BatchCosts()
         self._passes = 0
@@ -218,7 +251,7 @@ class GroupDraftLengths:
         """
         if not drafting:
             return {}
-        if not self._passes:
+        if not self._passes and not (self._prior is not None and self._prior.tried):
             return dict.fromkeys(drafting, self._first)
         known = self._costs.medians() if self._fixed_cost is None else {}
         cost = self._fixed_cost or (lambda batch: estimated_cost(batch, known))
@@ -240,11 +273,13 @@ class GroupDraftLengths:
                 best_rate, best_taken = rate, taken
         if (
             self._fixed_cost is None
-            and self._passes % _PROBE_EVERY == 0
+            and self._passes > 0
+            and self._costs.observed % _PROBE_EVERY == 0
             and self._costs.samples(batch + best_taken + len(drafting)) < _PROBE_SAMPLES
         ):
             # Now and then one draft more a line, as DraftLength probes one longer: costs are only
-            # known where they were measured.
+            # known where they were measured. Counted over the engine's passes: a group of lines
+            # is written in a handful.
             best_taken = min(best_taken + len(drafting), len(likeliest))
         for _, line in likeliest[:best_taken]:
             counts[line] += 1
@@ -259,3 +294,5 @@ class GroupDraftLengths:
         """A line's drafts of the pass: `proposed`, of which the first `accepted` were right."""
         if proposed:
             self._depths[line].learn(proposed, accepted)
+            if self._prior is not None:
+                self._prior.learn(proposed, accepted)

@@ -23,7 +23,7 @@ from appliance.engines.vlm_gguf.decoding import (
     greedy_decode,
     greedy_decode_together,
 )
-from appliance.engines.vlm_gguf.draft_length import BatchCosts
+from appliance.engines.vlm_gguf.draft_length import BatchCosts, DepthAcceptance
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, verify_vlm_files
 from appliance.engines.vlm_gguf.line_image import UNRECORDED_STRETCH, prepare_line
@@ -171,8 +171,10 @@ class VlmGgufEngine:
         self.parallel_reads = 1
         self._pieces: dict[int, bytes] = {}  # each token's bytes, asked of llama.cpp once
         self._stops = [stop.encode("utf-8") for stop in self.profile.stop]
-        # Verification costs by batch size, learnt over every page this engine reads.
+        # Verification costs by batch size, and how often drafts are right by depth, learnt over
+        # every page this engine reads: a line is too short to learn them before they would pay.
         self._batch_costs = BatchCosts()
+        self._draft_depths = DepthAcceptance(self._policy.k_max)
 
     def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
         """Load with the plan; when an allocation fails, shorten the context, then move layers to the CPU."""
@@ -331,6 +333,7 @@ class VlmGgufEngine:
                 deadline=deadline,
                 should_stop=self._hit_stop if self.profile.stop else None,
                 costs=self._batch_costs,
+                prior=self._draft_depths,
             )
             decode_ms = (time.perf_counter() - decode_started) * 1000
         finally:
@@ -442,6 +445,7 @@ class VlmGgufEngine:
             deadline=deadline,
             should_stop=self._hit_stop if self.profile.stop else None,
             costs=self._batch_costs,
+            prior=self._draft_depths,
         )
         decode_ms = (time.perf_counter() - decode_started) * 1000
         return self._page_read(
