@@ -42,3 +42,31 @@ def test_every_row_is_its_own_tokens_logits_across_batches() -> None:
         assert np.abs(rows[30] - rows[31]).max() > 0.1
     finally:
         model.close()
+
+
+def test_sequences_fed_together_give_every_row_of_each_and_forget_their_newest_cells() -> None:
+    model = runtime.TextModel(MODEL, n_gpu_layers=0)
+    settings = runtime.ContextSettings(
+        n_ctx=256, n_batch=32, n_threads=1, kv_type="f16", flash_attention=True, n_seq_max=2
+    )
+    rng = np.random.default_rng(1)
+    first, second = ([int(t) for t in rng.integers(10, model.n_vocab, size)] for size in (20, 25))
+    tolerance = 2e-2 if runtime.supports_gpu() else 1e-4
+    try:
+        context = runtime.Context(model, settings)
+        try:
+            # 45 tokens of two sequences: two llama_decode calls, each part's rows in its own block.
+            rows = context.feed_sequences([(0, 0, first), (1, 0, second)], every_row=True)
+            assert [block.shape for block in rows] == [(20, model.n_vocab), (25, model.n_vocab)]
+            np.testing.assert_allclose(rows[0][-1], _last_row(model, first), atol=tolerance)
+            np.testing.assert_allclose(rows[1][9], _last_row(model, second[:10]), atol=tolerance)
+            # Sequence 1 forgets its last 15 cells (drafts rejected) and is fed something else in
+            # their place: its logits are those of the kept tokens and the new ones alone.
+            context.forget(1, 10)
+            other = [int(t) for t in rng.integers(10, model.n_vocab, 5)]
+            (last,) = context.feed_sequences([(1, 10, other)])
+            np.testing.assert_allclose(last, _last_row(model, second[:10] + other), atol=tolerance)
+        finally:
+            context.close()
+    finally:
+        model.close()

@@ -2,8 +2,8 @@
 
 A step verifies the chosen token and k drafts in one forward pass; it writes the chosen token
 and every draft up to the first wrong one. Two things decide the best k, one differing by page and
-one by machine, so both are learnt as pages are written (the first per page, the second over all
-the engine's pages):
+one by machine, so both are learnt as pages are written (the first per page, starting from the
+engine's earlier pages; the second over all the engine's pages):
 
 - how often a draft is right at each depth (the 1st drafted token, the 2nd after a right 1st,
   ...): OCR hints go wrong in bursts (a misread word throws the next few tokens off), so deep
