@@ -112,7 +112,7 @@ def _group_pass(
 
 def test_lines_side_by_side_draft_far_where_a_pass_costs_alike_and_a_bad_line_stays_short() -> None:
     # Passes cost the same up to 256 tokens (a GPU's launch-bound passes for a small model).
-    lengths = GroupDraftLengths(4, k=4, k_min=1, k_max=16)
+    lengths = GroupDraftLengths(k=4, k_min=1, k_max=16)
     right = {0: 99, 1: 99, 2: 99, 3: 0}
     for _ in range(40):
         chosen = _group_pass(lengths, [0, 1, 2, 3], right, lambda batch: 1.0 + max(0, batch - 256) * 0.01)
@@ -122,7 +122,7 @@ def test_lines_side_by_side_draft_far_where_a_pass_costs_alike_and_a_bad_line_st
 
 
 def test_lines_side_by_side_draft_as_alone_where_each_token_costs_a_pass() -> None:
-    lengths = GroupDraftLengths(3, k=4, k_min=1, k_max=16, batch_cost=float)
+    lengths = GroupDraftLengths(k=4, k_min=1, k_max=16, batch_cost=float)
     right = {0: 99, 1: 99, 2: 99}
     for _ in range(30):
         chosen = _group_pass(lengths, [0, 1, 2], right, float)
@@ -131,7 +131,7 @@ def test_lines_side_by_side_draft_as_alone_where_each_token_costs_a_pass() -> No
 
 def test_lines_side_by_side_keep_drafts_shortest_where_they_earn_least() -> None:
     # Cost grows with the pass: drafts go to the lines whose drafts are right, in depth order.
-    lengths = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=lambda batch: 1 + 0.1 * (batch - 1))
+    lengths = GroupDraftLengths(k=4, k_min=1, k_max=16, batch_cost=lambda batch: 1 + 0.1 * (batch - 1))
     right = {0: 99, 1: 2}
     for _ in range(30):
         chosen = _group_pass(lengths, [0, 1], right, float)
@@ -140,7 +140,7 @@ def test_lines_side_by_side_keep_drafts_shortest_where_they_earn_least() -> None
 
 
 def test_lines_side_by_side_draft_from_the_first_pass_and_nothing_for_lines_not_drafting() -> None:
-    lengths = GroupDraftLengths(3, k=4, k_min=1, k_max=16)
+    lengths = GroupDraftLengths(k=4, k_min=1, k_max=16)
     assert lengths.lengths([0, 2], 3) == {0: 4, 2: 4}
     assert lengths.lengths([], 3) == {}
 
@@ -162,8 +162,8 @@ def test_a_page_starts_from_earlier_pages_rates_and_adds_its_own_to_them() -> No
 
 def test_lines_side_by_side_start_from_earlier_lines_rates() -> None:
     prior = DepthAcceptance(16)
-    first = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    first = GroupDraftLengths(k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
     for _ in range(20):
         _group_pass(first, [0, 1], {0: 99, 1: 99}, gpu_like)
-    later = GroupDraftLengths(2, k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
+    later = GroupDraftLengths(k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
     assert later.lengths([0, 1], 2) == {0: 16, 1: 16}

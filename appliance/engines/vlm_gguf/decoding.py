@@ -142,6 +142,60 @@ def _stop_reason(
     return None
 
 
+@dataclass
+class _Checked:
+    """A step's drafts checked against the rows after them: how many were kept, and why writing stops."""
+
+    accepted: int
+    stop_reason: str | None
+    written_ms: float  # the kept tokens' own work (probability, stop checks): every token pays it once
+
+
+def _check_drafts(
+    rows: np.ndarray,
+    proposal: list[int],
+    tokens: list[int],
+    probabilities: list[float],
+    *,
+    is_end: Callable[[int], bool],
+    stop_reason: Callable[[list[int]], str | None],
+) -> _Checked:
+    """Keep drafts while each is the argmax of the row before it (what one-token decoding writes).
+
+    Kept tokens are appended to `tokens` and `probabilities`; `rows[i]` are the logits after the
+    i-th token fed (the chosen one, then the drafts).
+    """
+    choices = rows[: len(proposal)].argmax(axis=1)  # one call for the step, not one a row
+    accepted, reason, written_ms = 0, None, 0.0
+    for index, proposed in enumerate(proposal):
+        if int(choices[index]) != proposed:
+            break
+        accepted += 1
+        if is_end(proposed):
+            reason = "end"
+            break
+        started = time.perf_counter()
+        tokens.append(proposed)
+        probabilities.append(_probability(rows[index], proposed))
+        reason = stop_reason(tokens)
+        written_ms += (time.perf_counter() - started) * 1000
+        if reason:
+            break
+    return _Checked(accepted, reason, written_ms)
+
+
+def _still_drafting(
+    stats: DecodeStats, policy: DraftPolicy, proposed: int, accepted: int, written: int
+) -> bool:
+    """Count a step's drafts; False once too few of them are kept for drafting to pay (DraftPolicy)."""
+    stats.drafted += proposed
+    stats.accepted += accepted
+    if stats.drafted >= policy.min_drafted and stats.accepted < policy.min_acceptance * stats.drafted:
+        stats.disabled_after = written
+        return False
+    return True
+
+
 def greedy_decode(
     target: Target,
     first_logits: np.ndarray,
@@ -174,6 +228,9 @@ def greedy_decode(
     lengths = DraftLength(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs, prior=prior)
     drafting = draft is not None
 
+    def stop(written: list[int]) -> str | None:
+        return _stop_reason(written, max_tokens, guard, should_stop)
+
     def finish(reason: str) -> Generation:
         stats.generated = len(tokens)
         return Generation(tokens, probabilities, reason, stats)
@@ -186,7 +243,7 @@ def greedy_decode(
         written_started = time.perf_counter()
         tokens.append(token)
         probabilities.append(_probability(logits, token))
-        reason = _stop_reason(tokens, max_tokens, guard, should_stop)
+        reason = stop(tokens)
         if reason:
             return finish(reason)
         written_ms = (time.perf_counter() - written_started) * 1000
@@ -205,32 +262,15 @@ def greedy_decode(
         stats.target_ms += (time.perf_counter() - started) * 1000
         stats.steps += 1
 
-        accepted = 0
-        stop_reason: str | None = None
-        for index, proposed in enumerate(proposal):
-            if int(np.argmax(rows[index])) != proposed:
-                break
-            accepted += 1
-            if target.is_end(proposed):
-                stop_reason = "end"
-                break
-            written_started = time.perf_counter()
-            tokens.append(proposed)
-            probabilities.append(_probability(rows[index], proposed))
-            stop_reason = _stop_reason(tokens, max_tokens, guard, should_stop)
-            written_ms += (time.perf_counter() - written_started) * 1000
-            if stop_reason:
-                break
+        checked = _check_drafts(rows, proposal, tokens, probabilities, is_end=target.is_end, stop_reason=stop)
+        accepted, stop_reason = checked.accepted, checked.stop_reason
+        written_ms += checked.written_ms
         if proposal:
-            stats.drafted += len(proposal)
-            stats.accepted += accepted
             if accepted < len(proposal) and stop_reason is None:
                 target.rewind(len(proposal) - accepted)
             if draft is not None:
                 draft.observe(tokens)
-            if stats.drafted >= policy.min_drafted and stats.accepted < policy.min_acceptance * stats.drafted:
-                drafting = False
-                stats.disabled_after = len(tokens)
+            drafting = _still_drafting(stats, policy, len(proposal), accepted, len(tokens))
         if drafting:
             # The whole step counts, not only the forward pass: drafting, checking and rewinding
             # cost per step, and they make fewer, longer steps pay more than the pass alone says.
@@ -295,10 +335,12 @@ def greedy_decode_together(
     stats = [DecodeStats(source=source.name if source else "none") for source in sources]
     reasons: list[str | None] = [None] * count
     drafting = [source is not None for source in sources]
-    lengths = GroupDraftLengths(
-        count, policy.k, policy.k_min, policy.k_max, batch_cost=policy.batch_cost, costs=costs, prior=prior
-    )
+    lengths = GroupDraftLengths(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs, prior=prior)
     logits = dict(enumerate(first_logits))
+
+    def stop(written: list[int]) -> str | None:
+        return _stop_reason(written, max_tokens, guard, should_stop)
+
     while True:
         pass_started = time.perf_counter()
         written_ms = 0.0  # each written token's own work: it does not depend on the drafts (greedy_decode)
@@ -312,7 +354,7 @@ def greedy_decode_together(
             written = tokens[sequence]
             written.append(token)
             probabilities[sequence].append(_probability(row, token))
-            reasons[sequence] = _stop_reason(written, max_tokens, guard, should_stop)
+            reasons[sequence] = stop(written)
             written_ms += (time.perf_counter() - written_started) * 1000
             if reasons[sequence] is None:
                 feed[sequence] = [token]
@@ -340,34 +382,26 @@ def greedy_decode_together(
             sequence_stats.steps += 1
             sequence_stats.target_ms += share
             proposal = fed[1:]
-            accepted = 0
-            for index, proposed in enumerate(proposal):
-                if int(np.argmax(rows[sequence][index])) != proposed:
-                    break
-                accepted += 1
-                if target.is_end(proposed):
-                    reasons[sequence] = "end"
-                    break
-                written_started = time.perf_counter()
-                tokens[sequence].append(proposed)
-                probabilities[sequence].append(_probability(rows[sequence][index], proposed))
-                reasons[sequence] = _stop_reason(tokens[sequence], max_tokens, guard, should_stop)
-                written_ms += (time.perf_counter() - written_started) * 1000
-                if reasons[sequence]:
-                    break
+            checked = _check_drafts(
+                rows[sequence],
+                proposal,
+                tokens[sequence],
+                probabilities[sequence],
+                is_end=target.is_end,
+                stop_reason=stop,
+            )
+            accepted, reasons[sequence] = checked.accepted, checked.stop_reason
+            written_ms += checked.written_ms
             if proposal:
-                sequence_stats.drafted += len(proposal)
-                sequence_stats.accepted += accepted
                 if accepted < len(proposal) and reasons[sequence] is None:
                     target.rewind(sequence, len(proposal) - accepted)
                 source = sources[sequence]
                 if source is not None:
                     source.observe(tokens[sequence])
                 lengths.learn(sequence, len(proposal), accepted)
-                drafted, right = sequence_stats.drafted, sequence_stats.accepted
-                if drafted >= policy.min_drafted and right < policy.min_acceptance * drafted:
-                    drafting[sequence] = False
-                    sequence_stats.disabled_after = len(tokens[sequence])
+                drafting[sequence] = _still_drafting(
+                    sequence_stats, policy, len(proposal), accepted, len(tokens[sequence])
+                )
             if reasons[sequence] is None:
                 logits[sequence] = rows[sequence][accepted]
         if drafters:

@@ -138,8 +138,8 @@ def estimated_cost(batch: int, known: dict[int, float]) -> float:
     return known[sizes[-1]] * batch / sizes[-1]
 
 
-class DraftLength:
-    """Learns a page's acceptance by depth (and cost by batch size); proposes the next draft length."""
+class _Lengths:
+    """What a page's and a group's draft lengths share: the limits, the pass costs, earlier pages' rates."""
 
     def __init__(
         self,
@@ -152,22 +152,47 @@ class DraftLength:
         prior: DepthAcceptance | None = None,
     ) -> None:
         self.k_min, self.k_max = k_min, k_max
+        self._first = max(k_min, min(k, k_max))  # the first step's drafts, while no rate is known
         self._fixed_cost = batch_cost  # a known cost model (tests, a site's measurement)
         self._costs = costs if costs is not None else BatchCosts()
-        self._steps = 0
-        # `prior`: the rates of earlier pages (the caller keeps it); the page learns into it too.
+        # `prior`: the rates of earlier pages (the caller keeps it); what is learnt here goes in too.
         self._prior = prior
-        self._depths = prior.seeded(_PRIOR_WEIGHT) if prior is not None else DepthAcceptance(k_max)
-        self.k = self.best() if self._depths.tried else max(k_min, min(k, k_max))
+        self._start()
+
+    def _start(self) -> None:
+        """Set up what the kind of lengths keeps of its own (called last by __init__)."""
+
+    def _fresh_depths(self) -> DepthAcceptance:
+        """A page's (or line's) rates by depth at its start: the prior's, weighted down, or none."""
+        return self._prior.seeded(_PRIOR_WEIGHT) if self._prior is not None else DepthAcceptance(self.k_max)
+
+    def _learn(self, depths: DepthAcceptance, proposed: int, accepted: int) -> None:
+        depths.learn(proposed, accepted)
+        if self._prior is not None:
+            self._prior.learn(proposed, accepted)
+
+    def _pricing(self) -> Callable[[int], float]:
+        """What a pass over b tokens costs now (the medians taken once: this runs every step)."""
+        if self._fixed_cost is not None:
+            return self._fixed_cost
+        known = self._costs.medians()
+        return lambda batch: estimated_cost(batch, known)
+
+
+class DraftLength(_Lengths):
+    """Learns a page's acceptance by depth (and cost by batch size); proposes the next draft length."""
+
+    def _start(self) -> None:
+        self._steps = 0
+        self._depths = self._fresh_depths()
+        self.k = self.best() if self._depths.tried else self._first
 
     def observe(self, proposed: int, accepted: int, batch: int, milliseconds: float) -> None:
         """One step: `proposed` drafts of which the first `accepted` were right, `batch` tokens fed."""
         self._costs.observe(batch, milliseconds)
         if not proposed:
             return
-        self._depths.learn(proposed, accepted)
-        if self._prior is not None:
-            self._prior.learn(proposed, accepted)
+        self._learn(self._depths, proposed, accepted)
         self._steps += 1
         best = self.best()
         longer = best + 1
@@ -186,12 +211,7 @@ class DraftLength:
 
     def cost(self, batch: int) -> float:
         """What a forward pass over `batch` tokens costs (ms, or the fixed model's unit)."""
-        return self._cost(batch, self._costs.medians())
-
-    def _cost(self, batch: int, known: dict[int, float]) -> float:
-        if self._fixed_cost is not None:
-            return self._fixed_cost(batch)
-        return estimated_cost(batch, known)
+        return self._pricing()(batch)
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a step with k drafts writes on average (the chosen one and the right drafts)."""
@@ -200,16 +220,14 @@ class DraftLength:
     def best(self) -> int:
         """The draft length with the most expected tokens per unit of cost (the shorter on a tie)."""
         # Runs every step: the medians once, the acceptance chain built once for every depth.
-        known = self._costs.medians() if self._fixed_cost is None else {}
+        cost = self._pricing()
         expected = self._depths.expected(self.k_max)
-        rates = {
-            k: expected[k] / max(self._cost(k + 1, known), 1e-9) for k in range(self.k_min, self.k_max + 1)
-        }
+        rates = {k: expected[k] / max(cost(k + 1), 1e-9) for k in range(self.k_min, self.k_max + 1)}
         top = max(rates.values())
         return min(k for k, value in rates.items() if value >= top * 0.999)
 
 
-class GroupDraftLengths:
+class GroupDraftLengths(_Lengths):
     """Draft lengths for lines decoded side by side, where one pass verifies every line's drafts.
 
     A pass's cost is that of all its tokens together, so the lengths are chosen together: each
@@ -219,30 +237,17 @@ class GroupDraftLengths:
     right only if they all are), so taking the likeliest first always takes a line's drafts in
     order. On a GPU, where a pass over a few hundred tokens costs about what one over a few dozen
     does, every line drafts far; on a CPU, where cost follows the tokens, each drafts as it would
-    alone.
+    alone. Lines are named by any int (their sequence); each starts from the prior when first seen.
     """
 
-    def __init__(
-        self,
-        lines: int,
-        k: int,
-        k_min: int,
-        k_max: int,
-        *,
-        batch_cost: Callable[[int], float] | None = None,
-        costs: BatchCosts | None = None,
-        prior: DepthAcceptance | None = None,
-    ) -> None:
-        self.k_min, self.k_max = k_min, k_max
-        # Every line's drafts on the first pass, unless earlier lines' rates (`prior`) say more.
-        self._first = max(k_min, min(k, k_max))
-        self._prior = prior
-        self._depths = [
-            prior.seeded(_PRIOR_WEIGHT) if prior is not None else DepthAcceptance(k_max) for _ in range(lines)
-        ]
-        self._fixed_cost = batch_cost
-        self._costs = costs if costs is not None else BatchCosts()
+    def _start(self) -> None:
+        self._depths: dict[int, DepthAcceptance] = {}
         self._passes = 0
+
+    def _line(self, line: int) -> DepthAcceptance:
+        if line not in self._depths:
+            self._depths[line] = self._fresh_depths()
+        return self._depths[line]
 
     def lengths(self, drafting: Sequence[int], written: int) -> dict[int, int]:
         """How many tokens each of the `drafting` lines drafts on the next pass.
@@ -253,15 +258,14 @@ class GroupDraftLengths:
             return {}
         if not self._passes and not (self._prior is not None and self._prior.tried):
             return dict.fromkeys(drafting, self._first)
-        known = self._costs.medians() if self._fixed_cost is None else {}
-        cost = self._fixed_cost or (lambda batch: estimated_cost(batch, known))
+        cost = self._pricing()
         counts = dict.fromkeys(drafting, self.k_min)
         likeliest: list[tuple[float, int]] = []  # (chance the draft is right, line), deeper drafts after
         gained = float(written)  # the tokens the pass is expected to write
+        deeper = range(self.k_min + 1, self.k_max + 1)
         for line in drafting:
-            expected = self._depths[line].expected(self.k_max)
+            expected = self._line(line).expected(self.k_max)
             gained += expected[self.k_min] - 1.0
-            deeper = range(self.k_min + 1, self.k_max + 1)
             likeliest.extend((expected[depth] - expected[depth - 1], line) for depth in deeper)
         likeliest.sort(key=lambda item: -item[0])  # stable: a line's depths stay in order on a tie
         batch = written + self.k_min * len(drafting)
@@ -293,6 +297,4 @@ class GroupDraftLengths:
     def learn(self, line: int, proposed: int, accepted: int) -> None:
         """A line's drafts of the pass: `proposed`, of which the first `accepted` were right."""
         if proposed:
-            self._depths[line].learn(proposed, accepted)
-            if self._prior is not None:
-                self._prior.learn(proposed, accepted)
+            self._learn(self._line(line), proposed, accepted)

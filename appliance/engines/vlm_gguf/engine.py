@@ -294,12 +294,12 @@ class VlmGgufEngine:
             raise ModelError(f"{self.profile.family} reads pages: read_lines is for a line reader")
         if hints is not None and len(hints) != len(images):
             raise ValueError(f"{len(images)} lines but {len(hints)} hints")
+        line_hints = list(hints) if hints is not None else [None] * len(images)
         read: list[PageText] = []
         with self._busy:
             for start in range(0, len(images), self.lines_together):
                 end = start + self.lines_together
-                group_hints = hints[start:end] if hints is not None else [None] * len(images[start:end])
-                read.extend(self._read_together(images[start:end], group_hints, deadline))
+                read.extend(self._read_together(images[start:end], line_hints[start:end], deadline))
         return read
 
     def _read_together(
@@ -321,13 +321,13 @@ class VlmGgufEngine:
             max_tokens = min(self.profile.max_tokens, (context.n_ctx - used) // len(prompts) - 1)
             if deadline is None and self._config.timeout_seconds_per_page:
                 deadline = time.monotonic() + self._config.timeout_seconds_per_page
-            drafts = [self._hint_draft(hint) for hint in hints]
+            drafts = [self._hint_draft(hint) for hint in hints]  # hints tokenized before decoding's clock
             decode_started = time.perf_counter()
             generations = greedy_decode_together(
                 _SideBySide(context, [p.position for p in prompts]),
                 [p.logits for p in prompts],
                 max_tokens=max_tokens,
-                drafts=drafts if any(drafts) else None,
+                drafts=drafts,
                 policy=self._policy,
                 guard=self._guard,
                 deadline=deadline,
