@@ -405,6 +405,25 @@ def test_a_page_over_the_pixel_limit_is_page_too_large_however_far_over(
     assert failure(path, max_page_megapixels=limit_mp).reason is FailureReason.PAGE_TOO_LARGE
 
 
+def test_a_small_page_limit_does_not_leak_into_other_pillow_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pillow's guard is process-wide: a rasterizer with a tiny limit must not make every later
+    # Pillow read of the process (review PNGs, another rasterizer) refuse ordinary images.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)
+    tiny = 0.01  # 10 000 pixels
+    too_wide = png_claiming_size(tmp_path / "wide.png", 500, 100)
+    assert failure(too_wide, max_page_megapixels=tiny).reason is FailureReason.PAGE_TOO_LARGE
+    ordinary = tmp_path / "ordinary.png"
+    Image.new("RGB", (600, 550), "white").save(ordinary)
+
+    with Image.open(ordinary) as image:
+        image.load()
+        assert image.size == (600, 550)
+    (page,) = rasterize(ordinary)
+    assert page.image.shape == (550, 600, 3)
+
+
 def test_a_poster_sized_pdf_page_is_rendered_smaller_with_a_warning(tmp_path: Path) -> None:
     path = blank_pdf(tmp_path / "poster.pdf", 1, size_pt=(14_400, 14_400))  # 200 x 200 inches
     config = RasterizeConfig()

@@ -91,6 +91,20 @@ def _to_bgr(image: Image.Image) -> np.ndarray:
     return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
 
 
+def _let_pillow_open(pixels: int) -> None:
+    """Raise Pillow's process-wide bomb guard to at least `pixels`; never lower it.
+
+    Pillow warns at MAX_IMAGE_PIXELS and raises at twice that, from the header alone. Our own
+    limit is checked from the same header before any pixel is decoded (`_decode_frame`), so
+    Pillow's guard only has to stay out of its way when a site allows larger pages than Pillow's
+    default. Lowering it would leak one rasterizer's limit into every other Pillow read of the
+    process (review PNGs, a second rasterizer with another configuration).
+    """
+    current = Image.MAX_IMAGE_PIXELS
+    if current is not None and current < pixels:
+        Image.MAX_IMAGE_PIXELS = pixels
+
+
 def _upright(frame: Image.Image) -> Image.Image:
     """The frame turned as its EXIF orientation says; the frame itself when there is nothing to turn.
 
@@ -230,9 +244,7 @@ class Rasterizer:
         )
 
     def _image_pages(self, path: Path, media_type: str) -> Iterator[RasterPage]:
-        # Pillow's own bomb guard warns at MAX_IMAGE_PIXELS and raises at twice that; our limit
-        # is checked from the header before any pixel is decoded, so Pillow's is set above it.
-        Image.MAX_IMAGE_PIXELS = self._max_pixels * 2
+        _let_pillow_open(self._max_pixels * 2)
         pil_format = _PIL_FORMATS[media_type]
         try:
             with _ShortReads() as short_reads, warnings.catch_warnings():
