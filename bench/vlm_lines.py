@@ -4,7 +4,7 @@ Usage::
 
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
         [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
-        [--k-max N] [--extra-token-cost F] [--together N]
+        [--k-max N] [--extra-token-cost F] [--together N] [--unsure-only]
     python -m bench.vlm_lines --crops DIR --save-hints FILE [--limit N]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
@@ -49,9 +49,17 @@ and `hint` decode time.
 Off the CPU (--device gpu or auto) the card's memory is sampled every 0.5 s while the engines are
 loaded and read (nvidia-smi's memory.used, bench/gpu_memory.py), its peak reported.
 
+--unsure-only keeps only the lines below --min-confidence before any variant reads: the cascade's
+own workload, from which the engines then learn their draft rates (without it those lines come
+among the sure ones, whose drafts are mostly right).
+
 --save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
 them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
-VLM, on all the crops or a subset. Without --model-dir, --save-hints writes the ONNX reads and stops:
+VLM, on all the crops or a subset. Without --model-dir, --unsure-only keeps only the lines below --min-confidence before any variant reads: the cascade's
+own workload, from which the engines then learn their draft rates (without it those lines come
+among the sure ones, whose drafts are mostly right).
+
+--save-hints writes the ONNX reads and stops:
 the drafts can be saved before any VLM exists.
 """
 
@@ -142,6 +150,11 @@ def main() -> None:
         help="the drafting variants' draft.extra_token_cost (0: a pass costs the same at any length)",
     )
     parser.add_argument("--together", type=int, default=0, help="also read N lines side by side (read_lines)")
+    parser.add_argument(
+        "--unsure-only",
+        action="store_true",
+        help="read only the lines below --min-confidence: the cascade's own workload",
+    )
     args = parser.parse_args()
     if args.model_dir is None and (args.save_hints is None or args.hints is not None):
         parser.error("--model-dir is needed, unless only saving the ONNX reads (--save-hints)")
@@ -161,6 +174,12 @@ def main() -> None:
             read["file"] = name
     if args.save_hints:
         args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
+    if args.unsure_only:
+        # The engines then learn their draft rates from these lines alone, as in the appliance,
+        # where only the lines the ONNX reader was unsure of reach the VLM.
+        kept = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+        named, reads = [named[i] for i in kept], [reads[i] for i in kept]
+        crops = [(crop, text) for _, crop, text in named]
     if args.model_dir is None:
         saved_report = {"crops": len(reads), "hints": str(args.save_hints), "onnx_seconds": round(onnx_s, 2)}
         print(json.dumps(saved_report))
