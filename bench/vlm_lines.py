@@ -49,17 +49,13 @@ and `hint` decode time.
 Off the CPU (--device gpu or auto) the card's memory is sampled every 0.5 s while the engines are
 loaded and read (nvidia-smi's memory.used, bench/gpu_memory.py), its peak reported.
 
---unsure-only keeps only the lines below --min-confidence before any variant reads: the cascade's
-own workload, from which the engines then learn their draft rates (without it those lines come
-among the sure ones, whose drafts are mostly right).
+--unsure-only keeps only the lines below --min-confidence before any variant reads: the
+cascade's own workload, from which the engines then learn their draft rates (without it those
+lines come among the sure ones, whose drafts are mostly right).
 
 --save-hints writes the ONNX reads (file, text and confidence per crop) to a file and --hints reads
 them back by crop file, so a GPU box needs neither onnxruntime nor the ONNX models to measure the
-VLM, on all the crops or a subset. Without --model-dir, --unsure-only keeps only the lines below --min-confidence before any variant reads: the cascade's
-own workload, from which the engines then learn their draft rates (without it those lines come
-among the sure ones, whose drafts are mostly right).
-
---save-hints writes the ONNX reads and stops:
+VLM, on all the crops or a subset. Without --model-dir, --save-hints writes the ONNX reads and stops:
 the drafts can be saved before any VLM exists.
 """
 
