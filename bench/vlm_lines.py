@@ -21,9 +21,10 @@ by crop, so the machine's load falls on all of them alike:
 - `hint`: the ONNX text as the draft, head kept;
 - `hint_fresh`: the ONNX text as the draft, head computed again.
 
-Per variant: median prompt ms (image encode + prefill) and decode ms per line, prompt tokens and
-those reused, tokens per forward pass, the share of drafted tokens accepted, whitespace-free and
-spaced CER against the labels (case-insensitive), and on how many lines its text equals `plain`'s
+Per variant: median prompt ms (image encode + prefill), the image's part of it (its encode and
+the feeding of its embeddings) and decode ms per line, prompt tokens and those reused, tokens per
+forward pass, the share of drafted tokens accepted, whitespace-free and spaced CER against the
+labels (case-insensitive), and on how many lines its text equals `plain`'s
 (the JSON lists the first 50 that differ); the mean cost of a decoding pass and, with drafts, the
 mean draft length. --k-max and --extra-token-cost set the drafting variants' `draft.k_max` and
 `draft.extra_token_cost` (0: every pass costs alike, so each step drafts as far as k_max).
@@ -93,6 +94,7 @@ class VariantRun:
     """What one variant did over the crops."""
 
     prompt_ms: list[float] = field(default_factory=list)
+    image_ms: list[float] = field(default_factory=list)  # of prompt_ms, the image's encode and feed
     decode_ms: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     reused_tokens: int = 0
@@ -170,14 +172,19 @@ def main() -> None:
             read["file"] = name
     if args.save_hints:
         args.save_hints.write_text(json.dumps(reads, ensure_ascii=False), encoding="utf-8")
+    saved_report: dict[str, Any] = {
+        "crops": len(reads),
+        "hints": str(args.save_hints),
+        "onnx_seconds": round(onnx_s, 2),
+    }
     if args.unsure_only:
         # The engines then learn their draft rates from these lines alone, as in the appliance,
         # where only the lines the ONNX reader was unsure of reach the VLM.
         kept = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
         named, reads = [named[i] for i in kept], [reads[i] for i in kept]
         crops = [(crop, text) for _, crop, text in named]
+        saved_report["unsure"] = len(kept)
     if args.model_dir is None:
-        saved_report = {"crops": len(reads), "hints": str(args.save_hints), "onnx_seconds": round(onnx_s, 2)}
         print(json.dumps(saved_report))
         return
     hints = [read["text"] for read in reads]
@@ -264,14 +271,15 @@ def main() -> None:
     if gpu_peak is not None:
         print(f"GPU memory used at most: {gpu_peak} MiB (the card's, every engine loaded)")
     print(
-        "variant     prompt ms  decode ms  prompt tok  reused  tok/pass  ms/pass  mean k  accepted  CER     "
-        "spaced  same"
+        "variant     prompt ms  image ms  decode ms  prompt tok  reused  tok/pass  ms/pass  mean k  "
+        "accepted  CER     spaced  same"
     )
     for name, run in runs.items():
         lines = len(crops)
         same = sum(a == b for a, b in zip(run.texts, runs["plain"].texts, strict=True))
         figures = {
             "prompt_ms_median": statistics.median(run.prompt_ms),
+            "image_ms_median": statistics.median(run.image_ms),
             "decode_ms_median": statistics.median(run.decode_ms),
             "prompt_tokens_per_line": run.prompt_tokens / lines,
             "reused_tokens_per_line": run.reused_tokens / lines,
@@ -296,7 +304,8 @@ def main() -> None:
         accepted = "-" if figures["accepted_share"] is None else f"{figures['accepted_share']:.0%}"
         mean_k = "-" if figures["mean_k"] is None else f"{figures['mean_k']:.1f}"
         print(
-            f"{name:<11} {figures['prompt_ms_median']:9.1f} {figures['decode_ms_median']:10.1f} "
+            f"{name:<11} {figures['prompt_ms_median']:9.1f} {figures['image_ms_median']:9.1f} "
+            f"{figures['decode_ms_median']:10.1f} "
             f"{figures['prompt_tokens_per_line']:11.1f} {figures['reused_tokens_per_line']:7.1f} "
             f"{figures['tokens_per_pass']:9.2f} {figures['ms_per_pass']:8.2f} {mean_k:>7} "
             f"{accepted:>9} {figures['cer']:6.2%} "
@@ -373,6 +382,7 @@ def _record(run: VariantRun, page: PageText, stats: DecodeStats | None, name: st
     """One line's read into its variant's run; `stats` None: the read's details give them (together)."""
     details = page.details["vlm_gguf"]
     run.prompt_ms.append(details["prompt_ms"])
+    run.image_ms.append(details["image_ms"])
     run.decode_ms.append(details["decode_ms"])
     run.prompt_tokens += details["prompt_tokens"]
     run.reused_tokens += details["prompt_tokens_reused"]

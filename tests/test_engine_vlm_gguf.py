@@ -79,6 +79,7 @@ def test_a_page_is_read_end_to_end(reference: tuple[str, list[int], str]) -> Non
         details = page.details["vlm_gguf"]
         assert details["family"] == family
         assert 0 < details["image_tokens"] < details["prompt_tokens"]
+        assert 0 < details["image_ms"] <= details["prompt_ms"]  # the image's part of the prompt
         assert details["generated_tokens"] == len(tokens) > 0
         assert details["drafted_tokens"] == 0
         assert all(line.engine == "vlm_gguf" for line in page.lines)
@@ -253,6 +254,11 @@ def test_lines_read_side_by_side_read_as_each_alone_and_the_head_stays() -> None
         wanted = [page.details["vlm_gguf"] for page in expected]
         for key in ("generated_tokens", "image_tokens", "prompt_tokens", "stop_reason"):
             assert [f[key] for f in figures] == [w[key] for w in wanted], key
+        # Each line's image is its own (encoded apart); the prompt time is the group's, shared.
+        groups = [figures[:3], figures[3:]]
+        for group in groups:
+            assert all(f["image_ms"] > 0 for f in group)
+            assert sum(f["image_ms"] for f in group) <= sum(f["prompt_ms"] for f in group) + 0.01 * len(group)
         # Afterwards a line read alone reads as before, the prompt's head still kept.
         again = together.read(crops[1])
         assert _text(again) == _text(expected[1])

@@ -47,3 +47,27 @@ def test_without_a_model_only_saving_the_reads_is_accepted(tmp_path: Path) -> No
     _crop_folder(tmp_path / "crops")
     done = run_bench("vlm_lines", "--crops", str(tmp_path / "crops"))
     assert done.returncode == 2 and "--model-dir is needed" in done.stderr
+
+
+def test_unsure_only_keeps_the_lines_below_the_threshold_and_saves_every_read(tmp_path: Path) -> None:
+    _crop_folder(tmp_path / "crops")
+    hints = tmp_path / "hints.json"
+    first = last_json(run_bench("vlm_lines", "--crops", str(tmp_path / "crops"), "--save-hints", str(hints)))
+    confidences = sorted(read["confidence"] for read in json.loads(hints.read_text(encoding="utf-8")))
+    threshold = (confidences[1] + confidences[2]) / 2  # two lines fall below it
+    assert confidences[1] < threshold < confidences[2]
+
+    report = last_json(
+        run_bench(
+            "vlm_lines",
+            "--crops",
+            str(tmp_path / "crops"),
+            "--save-hints",
+            str(tmp_path / "again.json"),
+            "--unsure-only",
+            "--min-confidence",
+            repr(threshold),
+        )
+    )
+    assert (first["crops"], report["crops"], report["unsure"]) == (6, 6, 2)
+    assert len(json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))) == 6

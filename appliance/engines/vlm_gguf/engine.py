@@ -472,6 +472,9 @@ class VlmGgufEngine:
             "prompt_tokens_reused": prompt.reused_tokens,
             "image_tokens": prompt.image_tokens,
             "prompt_ms": round(prompt_ms, 2),
+            # Of prompt_ms, the image's own (libmtmd's encoder, then its embeddings fed): on a CPU
+            # the vision tower, not the text, is most of a line's prompt.
+            "image_ms": round(prompt.image_ms, 2),
             "decode_ms": round(decode_ms, 2),
             "stop_reason": generation.stop_reason,
             **extra,

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -465,6 +466,7 @@ class PromptResult:
     image_tokens: int
     text_tokens: list[int]  # the prompt's text tokens (what a text-only draft model is fed)
     reused_tokens: int = 0  # of prompt_tokens, those kept in the cache from the previous prompt
+    image_ms: float = 0.0  # of the prompt's time, encoding the image and feeding its embeddings
 
 
 def render_prompt(model: TextModel, messages: list[dict[str, Any]]) -> str:
@@ -527,6 +529,7 @@ def evaluate_prompt(
         count = mtmd_cpp.mtmd_input_chunks_size(chunks)
         logits: np.ndarray | None = None
         prompt_tokens = image_tokens = reused = 0
+        image_ms = 0.0
         text_tokens: list[int] = []
         for index in range(count):
             chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, index)
@@ -552,7 +555,9 @@ def evaluate_prompt(
                         f"the page image needs {n_tokens_chunk} tokens;"
                         f" the context has {context.n_ctx - context.position} left"
                     )
+                started = time.perf_counter()
                 context.position = _feed_image(projector, context, chunk, context.position, 0)
+                image_ms += (time.perf_counter() - started) * 1000
                 image_tokens += n_tokens_chunk
                 prompt_tokens += n_tokens_chunk
                 logits = None
@@ -565,6 +570,7 @@ def evaluate_prompt(
             image_tokens=image_tokens,
             text_tokens=text_tokens,
             reused_tokens=reused,
+            image_ms=image_ms,
         )
 
 
@@ -578,6 +584,7 @@ class SequencePrompt:
     prompt_tokens: int
     image_tokens: int
     reused_tokens: int  # of prompt_tokens, the head kept in the cache (not fed again)
+    image_ms: float  # encoding this line's image and feeding its embeddings
 
 
 def evaluate_line_prompts(
@@ -621,9 +628,12 @@ def evaluate_line_prompts(
             context.share_head(sequence)
         positions = [len(head)] * len(chunks)
         image_tokens = [0] * len(chunks)
+        image_ms = [0.0] * len(chunks)
         for sequence, parts in enumerate(chunks):
             image_tokens[sequence] = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(parts[1]))
+            started = time.perf_counter()
             positions[sequence] = _feed_image(projector, context, parts[1], positions[sequence], sequence)
+            image_ms[sequence] = (time.perf_counter() - started) * 1000
         tails = [_chunk_tokens(parts[2]) for parts in chunks]
         rows = context.feed_sequences(
             [(sequence, positions[sequence], tail) for sequence, tail in enumerate(tails)]
@@ -636,6 +646,7 @@ def evaluate_line_prompts(
                 prompt_tokens=len(head) + image_tokens[sequence] + len(tails[sequence]),
                 image_tokens=image_tokens[sequence],
                 reused_tokens=reused,
+                image_ms=image_ms[sequence],
             )
             for sequence in range(len(chunks))
         ]
