@@ -15,7 +15,8 @@ keeps), the settings taking turns page by page. Each page's crops are
 the ones the appliance cuts, and a page's lines are grouped only with each other, as in the
 daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
 that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
-against the ONNX read alone. Pages are read as they are, without the appliance's preprocessing.
+against the ONNX read alone; the JSON lists every line the VLM's text replaced, beside the ONNX
+text it replaced. Pages are read as they are, without the appliance's preprocessing.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def main() -> None:
     scores: dict[str, list[PageScore]] = {name: [] for name in cascades}
     vlm_ms: dict[str, list[float]] = {name: [] for name in cascades}
     decode_ms: dict[str, list[float]] = {name: [] for name in cascades}
+    # Every line a setting's cascade took from the VLM, with the ONNX read it replaced.
+    replaced: dict[str, list[dict[str, Any]]] = {name: [] for name in cascades}
     sent: list[int] = []
     for page in pages:
         image = cv2.imread(str(page.image), cv2.IMREAD_COLOR)
@@ -94,6 +97,17 @@ def main() -> None:
             refined = cascade.refine(image, first)
             elapsed = (time.perf_counter() - started) * 1000
             scores[name].append(score_page(page.lines, _text_lines(refined.lines), case_insensitive))
+            replaced[name].extend(
+                {
+                    "page": page.image.name,
+                    "onnx": before.text,
+                    "onnx_confidence": round(before.confidence, 3),
+                    "vlm": after.text,
+                    "vlm_confidence": round(after.confidence, 3),
+                }
+                for before, after in zip(first.lines, refined.lines, strict=True)
+                if after.engine != before.engine
+            )
             if sent[-1]:
                 vlm_ms[name].append(elapsed)
                 decode_ms[name].append(float(refined.timings_ms.get("vlm_decode", 0.0)))
@@ -123,6 +137,7 @@ def main() -> None:
             "decode_ms_mean": mean_decode,
             "cer": figures.cer_geo,
             "cer_spaced": figures.cer_geo_spaced,
+            "replaced": replaced[name],
         }
         print(
             f"{name:<22}  {mean_ms:30.1f}  {mean_decode:14.1f}  {figures.cer_geo:6.2%}  "
