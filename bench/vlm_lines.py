@@ -30,7 +30,8 @@ mean draft length. --k-max and --extra-token-cost set the drafting variants' `dr
 `draft.extra_token_cost` (0: every pass costs alike, so each step drafts as far as k_max).
 
 The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence (the
-cascade's default) take the VLM's text (`hint`; `keep: second`), the rest keep the ONNX text.
+cascade's default) take the VLM's text (`hint`; `keep: second`) as the cascade places it (single
+spaced: `cascade.line_read_again`), the rest keep the ONNX text.
 Reported: how many lines that is, the CER of the cascade against the ONNX text alone (all lines, and
 the unsure ones), and over the unsure lines the decode time of `hint` against `head` (the drafting
 speed-up: same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line
@@ -105,6 +106,7 @@ class VariantRun:
     draft_lengths: list[int] = field(default_factory=list)  # k of every drafted step
     texts: list[str] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)  # each line's, as the cascade rates it
+    placed: list[str] = field(default_factory=list)  # each line's text as the cascade places it
 
 
 def engine_for(model_dir: Path, threads: int, device: str, settings: dict[str, Any]) -> VlmGgufEngine:
@@ -332,10 +334,10 @@ def main() -> None:
             f"without drafts (head) {sum(runs['head'].decode_ms) / max(drafted_ms, 1e-9):.2f}x"
         )
     unsure_rows = set(unsure)
-    cascade = [runs["hint"].texts[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
+    cascade = [runs["hint"].placed[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
     # keep: more_confident: an unsure line takes the VLM's text only when the VLM is surer of it.
     surer = {i for i in unsure if runs["hint"].confidences[i] > reads[i]["confidence"]}
-    cascade_surer = [runs["hint"].texts[i] if i in surer else hints[i] for i in range(len(crops))]
+    cascade_surer = [runs["hint"].placed[i] if i in surer else hints[i] for i in range(len(crops))]
 
     def cer_of(rows: list[int], texts: list[str], spaced: bool) -> float:
         return line_cer([(truths[i], texts[i]) for i in rows], spaced) if rows else 0.0
@@ -397,7 +399,9 @@ def _record(run: VariantRun, page: PageText, stats: DecodeStats | None, name: st
         run.drafted += details["drafted_tokens"]
         run.accepted += details["accepted_tokens"]
     run.texts.append(" ".join(text_line.text for text_line in page.lines))
-    run.confidences.append(line_read_again(page.lines, _PLACEHOLDER, name).confidence)
+    again = line_read_again(page.lines, _PLACEHOLDER, name)
+    run.confidences.append(again.confidence)
+    run.placed.append(again.text)
 
 
 def _together_report(

@@ -8,7 +8,7 @@ from appliance.config import CascadeConfig
 from appliance.document import Line
 from appliance.engines.base import PageText
 from appliance.engines.vlm_gguf.output import make_line
-from appliance.pipeline.cascade import Cascade, decoding_totals, place_lines
+from appliance.pipeline.cascade import Cascade, decoding_totals, place_lines, single_spaced
 from tests.fakes.engines import FakeVlmReader
 
 PAGE = np.full((400, 300, 3), 255, dtype=np.uint8)
@@ -207,6 +207,23 @@ class _SurenessReader(_SureReader):
     name = "onnx_reader"
     line_margin = 0.125
     auto_keep = "second"
+
+
+def test_a_line_read_again_is_single_spaced_like_the_first_engines_lines() -> None:
+    reader = FakeVlmReader([], answers={"TOTAL 12.5O": ["  TOTAL   12.50\t "]})
+    config = CascadeConfig(mode="below_threshold", unit="lines", min_confidence=0.9)
+    result = Cascade(reader, config).refine(PAGE, _mixed_read())
+    again = result.lines[2]
+    assert again.engine == "vlm_gguf" and again.text == "TOTAL 12.50"
+    assert len(again.char_confidences) == len(again.text)
+    assert [word.text for word in again.words] == ["TOTAL", "12.50"]
+
+
+def test_single_spacing_keeps_each_character_with_its_own_confidence() -> None:
+    text, confidences = single_spaced(" A  B\tC ", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    assert (text, confidences) == ("A B C", [0.2, 0.3, 0.5, 0.6, 0.7])
+    # Confidences that are not one a character are left alone rather than misassigned.
+    assert single_spaced("A  B", [0.9]) == ("A B", [0.9])
 
 
 def test_keep_more_confident_lets_a_surer_first_read_stand_and_the_second_replace_the_rest() -> None:

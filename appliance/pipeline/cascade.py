@@ -289,9 +289,34 @@ def line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line
             confidences.append(min(vlm_line.char_confidences, default=0.0))
         text_parts.append(vlm_line.text)
         confidences.extend(vlm_line.char_confidences)
-    placed = make_line("".join(text_parts), confidences, onnx_line.box, engine)
+    text, confidences = single_spaced("".join(text_parts), confidences)
+    placed = make_line(text, confidences, onnx_line.box, engine)
     placed.polygon = onnx_line.polygon
     return placed
+
+
+def single_spaced(text: str, confidences: list[float]) -> tuple[str, list[float]]:
+    """`text` with one space between words and none at its ends, its confidences kept in step.
+
+    A line reader writes the gaps of aligned receipt columns as runs of spaces (its training labels
+    do), where the first engine writes one space a gap: a line's text must not depend on which
+    engine wrote it, and an archive search for `RM Tax` must find `RM   Tax`. The gaps' widths
+    stay in the words' boxes. Confidences that do not match the text one to one are left as they are.
+    """
+    aligned = len(confidences) == len(text)
+    kept_text: list[str] = []
+    kept_confidences: list[float] = []
+    for index, char in enumerate(text):
+        if char.isspace() and (not kept_text or kept_text[-1] == " "):
+            continue
+        kept_text.append(" " if char.isspace() else char)  # a tab is written as one space too
+        if aligned:
+            kept_confidences.append(confidences[index])
+    if kept_text and kept_text[-1] == " ":
+        kept_text.pop()
+        if aligned:
+            kept_confidences.pop()
+    return "".join(kept_text), kept_confidences if aligned else confidences
 
 
 def _with(
