@@ -34,6 +34,19 @@ def test_every_kind_of_line_appears_in_a_few_thousand_lines() -> None:
     assert any(re.search(r"[\u4e00-\u9fff]", line) and re.search(r"[A-Z0-9]", line) for line in lines)
 
 
+def test_rule_lines_run_marks_alone_spaced_out_or_round_a_title() -> None:
+    source = TextSource(9)
+    rules = [source.line_of("rule") for _ in range(300)]
+    runs = re.compile(r"([*=._-])\1{2,}")
+    spaced = re.compile(r"([*=._-])( +\1){2,}")  # the source's own spacing may double a gap
+    assert all(runs.search(line) or spaced.fullmatch(line) for line in rules)
+    assert any(re.fullmatch(r"([*=._-])\1{2,}", line) for line in rules)  # marks alone
+    assert any(spaced.fullmatch(line) for line in rules)  # spaced out
+    assert any(re.search(r"[A-Z]{3}", line) and runs.match(line) for line in rules)  # round a title
+    drawn = _lines(TextSource(10), 5000)
+    assert 0 < sum(bool(re.search(r"[-=*_]{4,}", line)) for line in drawn) < 200
+
+
 def test_mostly_upper_case_with_single_and_some_double_spaces() -> None:
     lines = [line for line in _lines(TextSource(5), 3000) if re.search("[A-Za-z]", line)]
     upper = sum(line == line.upper() for line in lines)

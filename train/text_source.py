@@ -332,6 +332,7 @@ class TextSource:
             "fragment": (44, self.fragment),
             "shuffled": (8, self.shuffled),
             "web": (4, self.web),
+            "rule": (2, self.rule),
         }
 
     def line(self) -> str:
@@ -355,7 +356,8 @@ class TextSource:
 
     def line_of(self, kind: str) -> str:
         text = self.kinds[kind][1]()
-        if kind not in {"chinese", "mixed", "random", "web"}:  # web lines choose their own case
+        # Web lines choose their own case; a rule line's title is a header already.
+        if kind not in {"chinese", "mixed", "random", "web", "rule"}:
             text = self._case(self._bracketed(text))
         return self._spaces(text).strip() or "0"
 
@@ -590,6 +592,25 @@ class TextSource:
 
     def thanks(self) -> str:
         return self.rng.choice(_THANKS)
+
+    def rule(self) -> str:
+        """A receipt's rule: a run of stars, dashes, equals or dots, spaced out or round a title.
+
+        Receipts part their sections with such lines (`********`, `- - - -`, `==== GST SUMMARY
+        ====`); a reader that never saw one writes letters for the marks.
+        """
+        mark = self.rng.choice("**--==._")
+        draw = self.rng.random()
+        if draw < 0.2:
+            return " ".join(mark * self.rng.randint(3, 16))
+        if draw < 0.6:
+            return mark * self.rng.randint(3, 40)
+        title = self.rng.choice([*_HEADERS, *_THANKS, "GST SUMMARY", "TAX SUMMARY", "PAYMENT", "END"])
+        sides = [mark * self.rng.randint(3, 14) for _ in range(2)]
+        if self.rng.random() < 0.7:
+            sides[1] = sides[0]
+        gap = " " if self.rng.random() < 0.8 else ""
+        return f"{sides[0]}{gap}{title}{gap}{sides[1]}"
 
     def header(self) -> str:
         return self.rng.choice(_HEADERS)
