@@ -116,6 +116,11 @@ def engine_for(model_dir: Path, threads: int, device: str, settings: dict[str, A
     return VlmGgufEngine(config)
 
 
+def rows_below(reads: list[dict[str, Any]], min_confidence: float) -> list[int]:
+    """The rows whose ONNX read the cascade would send to the VLM (below its confidence threshold)."""
+    return [i for i, read in enumerate(reads) if read["confidence"] < min_confidence]
+
+
 def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], float]:
     """The ONNX recogniser's text of each crop with its lowest line confidence, and the seconds it took."""
     from appliance.engines.ppocr_onnx.line_reader import OnnxLineReader  # not needed with --hints
@@ -182,7 +187,7 @@ def main() -> None:
     if args.unsure_only:
         # The engines then learn their draft rates from these lines alone, as in the appliance,
         # where only the lines the ONNX reader was unsure of reach the VLM.
-        kept = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+        kept = rows_below(reads, args.min_confidence)
         named, reads = [named[i] for i in kept], [reads[i] for i in kept]
         crops = [(crop, text) for _, crop, text in named]
         saved_report["unsure"] = len(kept)
@@ -243,7 +248,7 @@ def main() -> None:
             together_passes[name] += max(page.details["vlm_gguf"]["target_steps"] for page in group_read)
             for line_page in group_read:
                 _record(together_runs[name], line_page, None, name)
-    unsure = [i for i, read in enumerate(reads) if read["confidence"] < args.min_confidence]
+    unsure = rows_below(reads, args.min_confidence)
     # The unsure lines read N at a time (across pages here; the cascade groups within a page).
     unsure_together_ms = dict.fromkeys(together, 0.0)
     for start in range(0, len(unsure), group):

@@ -280,6 +280,8 @@ _ZH_LABELS = (
 )
 _PUNCT = ".,:;-/()#&*%@+='\"!?[]<>_|"
 # Web and mail addresses as receipts print them under the shop's name or at the foot.
+# What a receipt's rule lines frame (`==== GST SUMMARY ====`).
+_RULE_TITLES = (*_HEADERS, *_THANKS, "GST SUMMARY", "TAX SUMMARY", "PAYMENT", "END")
 _DOMAINS = ("com", "com", "com", "com.my", "my", "net", "org", "co", "com.sg", "biz", "net.my")
 _MAIL_HOSTS = ("gmail.com", "yahoo.com", "hotmail.com", "outlook.com", "live.com", "streamyx.com")
 _SITES = ("facebook.com", "m.facebook.com", "instagram.com", "twitter.com", "fb.com")
@@ -605,7 +607,7 @@ class TextSource:
             return " ".join(mark * self.rng.randint(3, 16))
         if draw < 0.6:
             return mark * self.rng.randint(3, 40)
-        title = self.rng.choice([*_HEADERS, *_THANKS, "GST SUMMARY", "TAX SUMMARY", "PAYMENT", "END"])
+        title = self.rng.choice(_RULE_TITLES)
         sides = [mark * self.rng.randint(3, 14) for _ in range(2)]
         if self.rng.random() < 0.7:
             sides[1] = sides[0]

@@ -555,9 +555,8 @@ def evaluate_prompt(
                         f"the page image needs {n_tokens_chunk} tokens;"
                         f" the context has {context.n_ctx - context.position} left"
                     )
-                started = time.perf_counter()
-                context.position = _feed_image(projector, context, chunk, context.position, 0)
-                image_ms += (time.perf_counter() - started) * 1000
+                context.position, milliseconds = _feed_image(projector, context, chunk, context.position, 0)
+                image_ms += milliseconds
                 image_tokens += n_tokens_chunk
                 prompt_tokens += n_tokens_chunk
                 logits = None
@@ -631,9 +630,9 @@ def evaluate_line_prompts(
         image_ms = [0.0] * len(chunks)
         for sequence, parts in enumerate(chunks):
             image_tokens[sequence] = int(mtmd_cpp.mtmd_input_chunk_get_n_tokens(parts[1]))
-            started = time.perf_counter()
-            positions[sequence] = _feed_image(projector, context, parts[1], positions[sequence], sequence)
-            image_ms[sequence] = (time.perf_counter() - started) * 1000
+            positions[sequence], image_ms[sequence] = _feed_image(
+                projector, context, parts[1], positions[sequence], sequence
+            )
         tails = [_chunk_tokens(parts[2]) for parts in chunks]
         rows = context.feed_sequences(
             [(sequence, positions[sequence], tail) for sequence, tail in enumerate(tails)]
@@ -666,8 +665,14 @@ def _feed_head(context: Context, tokens: list[int], reuse: bool) -> int:
     return 0
 
 
-def _feed_image(projector: Projector, context: Context, chunk: Any, position: int, sequence: int) -> int:
-    """Encode an image chunk (libmtmd) and feed it on `sequence` from `position`; the next position."""
+def _feed_image(
+    projector: Projector, context: Context, chunk: Any, position: int, sequence: int
+) -> tuple[int, float]:
+    """Encode an image chunk (libmtmd) and feed it on `sequence` from `position`.
+
+    Returns the next position and the milliseconds it took (a read's `image_ms`).
+    """
+    started = time.perf_counter()
     new_position = llama_cpp.llama_pos(0)
     status = mtmd_cpp.mtmd_helper_eval_chunk_single(
         projector.ctx,
@@ -681,7 +686,7 @@ def _feed_image(projector: Projector, context: Context, chunk: Any, position: in
     )
     if status != 0:
         raise OutOfMemoryError(f"libmtmd could not encode or decode the image (status {status})")
-    return int(new_position.value)
+    return int(new_position.value), (time.perf_counter() - started) * 1000
 
 
 def _chunk_tokens(chunk: Any) -> list[int]:
