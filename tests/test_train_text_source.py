@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from train.text_source import TextSource, common_chinese
+from train.text_source import TextSource, common_chinese, label_of
 
 
 def test_same_seed_gives_the_same_lines_and_another_seed_others() -> None:
@@ -165,3 +165,14 @@ def test_serial_numbers_are_often_zero_padded_to_their_width() -> None:
     tax_lines = [line for line in lines if re.match(r"GST (REG NO|ID) ?:", line)]
     tax_numbers = [line.split(":")[-1].strip(" ()[]") for line in tax_lines]
     assert tax_numbers and all(len(number) == 12 for number in tax_numbers)
+
+
+def test_a_label_is_single_spaced_while_the_line_drawn_keeps_its_wide_gaps() -> None:
+    lines = _lines(TextSource(4), 3000)
+    wide = [line for line in lines if "  " in line]
+    assert len(wide) > 100  # the renderer still draws the gaps of aligned columns
+    for line in wide:
+        label = label_of(line)
+        assert "  " not in label
+        assert label.split() == line.split()
+    assert label_of("RM   Tax  :  0.60") == "RM Tax : 0.60"

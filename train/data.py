@@ -17,7 +17,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
 from train.render import LINE_STRETCH, LineRenderer, load_fonts, prepare_line
 from train.step import batch_indices
-from train.text_source import TextSource
+from train.text_source import TextSource, label_of
 
 
 @dataclass
@@ -96,7 +96,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
                 # bug that skipped many lines would bend the data (the empty crop was one).
                 print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
-            yield Sample(text, prepare_line(image, self.stretch))
+            yield Sample(label_of(text), prepare_line(image, self.stretch))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
