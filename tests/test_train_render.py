@@ -61,7 +61,8 @@ def test_renderer_is_deterministic_and_draws_ink(fonts: Path) -> None:
         assert crop.ndim == 3 and crop.shape[2] == 3 and crop.dtype == np.uint8
         assert crop.shape[1] > crop.shape[0]  # a line: wider than high
         grey = crop.mean(axis=2)
-        assert grey.min() < np.median(grey) - 20  # ink darker than the paper (faded thermal included)
+        # Ink that stands out from the paper: darker (faded thermal included), or lighter on a dark band.
+        assert max(np.median(grey) - grey.min(), grey.max() - np.median(grey)) > 20
 
 
 def test_chinese_lines_use_a_font_that_has_the_characters(fonts: Path) -> None:
@@ -284,3 +285,16 @@ def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> Non
         columns = np.flatnonzero(bars.any(axis=0))
         assert columns[0] <= box[0] and columns[-1] >= box[2] - size * 0.3  # under or over all digits
     assert sides == {"above", "below"}
+
+
+def test_bleeding_ink_fills_the_counters_in_flecks_and_covers_every_stroke(fonts: Path) -> None:
+    size = 30
+    ink = _ink_of(fonts, "Total Amt 80", 0.9, 0.9, 0.9)  # no rule, barcode or slant
+    bled = LineRenderer(load_fonts(fonts), 3)._bleed(ink, size)
+    assert bled.shape == ink.shape
+    assert bled.min() >= 0.0 and bled.max() <= 1.0
+    strokes, spread = ink > 0.5, bled > 0.05
+    assert spread[strokes].all()  # no stroke loses its ink
+    assert spread.sum() > 1.5 * strokes.sum()  # the strokes spread into the counters round them
+    # Mottled, not solid: the spread ink is lighter in places than the strokes it came from.
+    assert bled[strokes].min() < 0.75 < bled[strokes].max()

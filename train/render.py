@@ -47,6 +47,8 @@ TIGHT_CROP_SHARE = 0.15
 DEAD_PIN_SHARE = 0.04
 # Lines with a barcode's bars just above or below them (`_barcode`).
 BARCODE_SHARE = 0.03
+# Lines whose strokes spread into their counters, mottled: over-inked ribbons and double strikes (`_bleed`).
+BLEED_SHARE = 0.06
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ class LineRenderer:
         if rng.random() < 0.2:
             kernel = np.ones((2, 2), np.uint8)
             ink = cv2.dilate(ink, kernel) if rng.random() < 0.6 else cv2.erode(ink, kernel)
+        if rng.random() < BLEED_SHARE:
+            ink = self._bleed(ink, size)
         paper = rng.uniform(170, 255)
         ink_level = rng.uniform(0, 90)
         if look > 0.8:  # faded thermal paper: low contrast, light streaks along the feed direction
@@ -267,6 +271,20 @@ class LineRenderer:
             out[start : start + thickness] = 0.0
         return out
 
+    def _bleed(self, ink: np.ndarray, size: int) -> np.ndarray:
+        # An over-inked ribbon or a double strike spreads every stroke into its letter's counters,
+        # and the spread ink is mottled, lighter in flecks: receipts print totals and headings so
+        # (`Total Amt Payable :` read `TateJ Aurit Peyphb r`). The 2-pixel dilation above thickens
+        # a stroke by a tenth of a small glyph's; this fills most of an `a`'s bowl.
+        radius = max(1, round(size * self.rng.uniform(0.03, 0.08)))
+        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+        spread = cv2.dilate(ink, kernel)
+        noise = self.np_rng.uniform(0.0, 1.0, size=ink.shape).astype(np.float32)
+        blurred = cv2.GaussianBlur(noise, (0, 0), max(0.7, size * 0.03))
+        flecks = (blurred - blurred.min()) / max(float(np.ptp(blurred)), 1e-6)
+        mottled: np.ndarray = spread * (1.0 - self.rng.uniform(0.3, 0.7) * flecks)
+        return mottled
+
     def _dot_matrix(self, ink: np.ndarray, size: int) -> np.ndarray:
         # Dot-matrix/thermal heads print a grid of round dots: keep the ink only where a dot sits.
         pitch = max(2, round(size / self.rng.uniform(7, 11)))
@@ -386,7 +404,7 @@ def main() -> None:
     import sys
     import time
 
-    from train.text_source import TextSource
+    from train.text_source import TextSource, label_of
 
     fonts, words, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 50
@@ -402,7 +420,8 @@ def main() -> None:
             prepare_line(crop)
             seconds += time.perf_counter() - started
             Image.fromarray(crop).save(out / f"{i:04d}.png")
-            labels.write(json.dumps({"file": f"{i:04d}.png", "text": text}, ensure_ascii=False) + "\n")
+            label = {"file": f"{i:04d}.png", "text": label_of(text)}
+            labels.write(json.dumps(label, ensure_ascii=False) + "\n")
     print(f"{n} lines, {1000 * seconds / max(n, 1):.2f} ms a line to render and prepare (one thread)")
 
 
