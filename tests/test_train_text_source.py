@@ -43,8 +43,9 @@ def test_rule_lines_run_marks_alone_spaced_out_or_round_a_title() -> None:
     assert any(re.fullmatch(r"([*=._-])\1{2,}", line) for line in rules)  # marks alone
     assert any(spaced.fullmatch(line) for line in rules)  # spaced out
     assert any(re.search(r"[A-Z]{3}", line) and runs.match(line) for line in rules)  # round a title
+    # Off in the mix until a run shows they do not make the reader write marks where there are none.
     drawn = _lines(TextSource(10), 5000)
-    assert 0 < sum(bool(re.search(r"[-=*_]{4,}", line)) for line in drawn) < 200
+    assert sum(bool(re.search(r"[-=*_]{4,}", line)) for line in drawn) < 10
 
 
 def test_mostly_upper_case_with_single_and_some_double_spaces() -> None:
