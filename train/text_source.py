@@ -12,6 +12,8 @@ import string
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.text_forms import normalize_spaced
+
 # GB2312 level 1 (rows 16-55) holds the 3,755 most common Simplified Chinese characters; Python's own
 # codec lists them, so no download or dataset is needed.
 _GB2312_L1_ROWS = range(0xB0, 0xD8)
@@ -29,7 +31,8 @@ def label_of(text: str) -> str:
     # aligned columns, but the appliance places every line single-spaced (the ONNX engine writes one
     # space a gap, and the cascade single-spaces a re-read line), as receipts' ground truths are:
     # a label with the run in it would only teach the reader to count gap widths nothing keeps.
-    return " ".join(text.split())
+    # The spaced CER's own form, so a label and a scored read are spaced alike.
+    return normalize_spaced(text, case_insensitive=False)
 
 
 def common_chinese(limit: int | None = None) -> list[str]:
@@ -288,9 +291,9 @@ _ZH_LABELS = (
     "谢谢惠顾",
 )
 _PUNCT = ".,:;-/()#&*%@+='\"!?[]<>_|"
-# Web and mail addresses as receipts print them under the shop's name or at the foot.
 # What a receipt's rule lines frame (`==== GST SUMMARY ====`).
 _RULE_TITLES = (*_HEADERS, *_THANKS, "GST SUMMARY", "TAX SUMMARY", "PAYMENT", "END")
+# Web and mail addresses as receipts print them under the shop's name or at the foot.
 _DOMAINS = ("com", "com", "com", "com.my", "my", "net", "org", "co", "com.sg", "biz", "net.my")
 _MAIL_HOSTS = ("gmail.com", "yahoo.com", "hotmail.com", "outlook.com", "live.com", "streamyx.com")
 _SITES = ("facebook.com", "m.facebook.com", "instagram.com", "twitter.com", "fb.com")
