@@ -9,13 +9,17 @@ from pathlib import Path
 from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, split_wheels
 
 
-def test_every_third_crop_goes_with_its_own_label(tmp_path: Path) -> None:
-    source = tmp_path / "crops"
+def _crop_folder(source: Path) -> None:
     source.mkdir()
     rows = [{"file": f"{i:04d}.jpg", "text": f"line {i}", "page": "000"} for i in range(10)]
     for row in rows:
         (source / row["file"]).write_bytes(row["text"].encode())
     (source / "labels.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def test_every_third_crop_goes_with_its_own_label(tmp_path: Path) -> None:
+    source = tmp_path / "crops"
+    _crop_folder(source)
     target = tmp_path / "carry" / "crops"
     target.mkdir(parents=True)
     (target / "stale.jpg").write_bytes(b"from an earlier pack")
@@ -26,6 +30,15 @@ def test_every_third_crop_goes_with_its_own_label(tmp_path: Path) -> None:
     for row in labels:  # each carried crop is the one its label names
         assert (target / row["file"]).read_bytes() == row["text"].encode()
     assert sorted(p.name for p in target.iterdir()) == [*(row["file"] for row in labels), "labels.jsonl"]
+
+
+def test_only_the_named_crops_go_when_the_unsure_lines_are_asked_for(tmp_path: Path) -> None:
+    source, target = tmp_path / "crops", tmp_path / "carry"
+    _crop_folder(source)
+    assert copy_crops(source, target, 1, {"0002.jpg", "0007.jpg", "0099.jpg"}) == 2
+    labels = [json.loads(line) for line in (target / "labels.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(row["file"], row["text"]) for row in labels] == [("0002.jpg", "line 2"), ("0007.jpg", "line 7")]
+    assert sorted(p.name for p in target.iterdir()) == ["0002.jpg", "0007.jpg", "labels.jsonl"]
 
 
 def test_the_transformers_wheel_goes_in_a_folder_of_its_own(tmp_path: Path) -> None:

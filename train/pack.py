@@ -1,14 +1,16 @@
 """Packs what a GPU box without network needs to train into the ignored folder .train-carry/.
 
-    python -m train.pack [--crops DIR [--crop-every N]] [--fonts-from /usr/share/fonts]
-        [--words /usr/share/dict/words]
+    python -m train.pack [--crops DIR [--crop-every N] [--unsure-below C --hints FILE]]
+        [--fonts-from /usr/share/fonts] [--words /usr/share/dict/words]
 
 .train-carry/ gets: wheels/ (cp312 manylinux wheels of tokenizers, safetensors and the dependency
 closure of transformers, less numpy, which a box with torch has) and wheels-transformers/ (the
 transformers wheel alone), fonts/ (the Debian fonts the renderer uses), words (Debian's word list),
 crops/ (every third receipt line crop made by train.make_crops by default, with its label;
-evaluation only) and run.sh, which installs both wheel folders into /tmp/trainsite once and trains
-into /tmp/vlmrun, outside the working tree, so consecutive runs on one box resume.
+evaluation only; with --unsure-below, only those among them whose ONNX read in --hints is below C,
+the lines the cascade reads again) and run.sh, which installs both wheel folders into
+/tmp/trainsite once and trains into /tmp/vlmrun, outside the working tree, so consecutive runs on
+one box resume.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 CARRY = Path(".train-carry")
@@ -138,10 +141,13 @@ def split_wheels(wheels: Path, target: Path) -> list[str]:
     return moved
 
 
-def copy_crops(source: Path, target: Path, every: int) -> int:
-    """Copies every `every`-th crop of a train.make_crops folder with its labels; returns how many."""
+def copy_crops(source: Path, target: Path, every: int, files: Collection[str] | None = None) -> int:
+    """Copies every `every`-th crop of a train.make_crops folder with its labels; returns how many.
+
+    With `files`, only the crops so named among them (the lines the cascade would read again).
+    """
     rows = [line for line in (source / "labels.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    kept = rows[::every]
+    kept = [row for row in rows[::every] if files is None or json.loads(row)["file"] in files]
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     for row in kept:
@@ -159,9 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--crop-every", type=int, default=3, help="carry every Nth crop (all 3,430 SROIE crops are 24 MB)"
     )
+    parser.add_argument(
+        "--unsure-below",
+        type=float,
+        help="carry only the crops whose ONNX read (--hints) is below this confidence: the cascade's lines",
+    )
+    parser.add_argument("--hints", type=Path, help="the crops' ONNX reads (bench.vlm_lines --save-hints)")
     parser.add_argument("--fonts-from", type=Path, action="append", default=None)
     parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
     args = parser.parse_args(argv)
+    if (args.unsure_below is None) != (args.hints is None):
+        parser.error("--unsure-below and --hints go together")
+    unsure = None
+    if args.hints:
+        reads = json.loads(args.hints.read_text(encoding="utf-8"))
+        unsure = {read["file"] for read in reads if read["confidence"] < args.unsure_below}
     wheels = CARRY / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -204,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(find_font(name, roots), fonts / name)
     shutil.copy2(args.words.resolve(), CARRY / "words")
     if args.crops:
-        copy_crops(args.crops, CARRY / "crops", args.crop_every)
+        copy_crops(args.crops, CARRY / "crops", args.crop_every, unsure)
     (CARRY / "run.sh").write_text(RUN_SH, encoding="utf-8")
     (CARRY / "run.sh").chmod(0o755)
     size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
