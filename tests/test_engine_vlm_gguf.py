@@ -268,6 +268,27 @@ def test_lines_read_side_by_side_read_as_each_alone_and_the_head_stays() -> None
         together.close()
 
 
+def test_a_line_read_writes_no_more_than_its_crop_is_wide() -> None:
+    """A line reader that runs on is cut at a bound set by its crop's width, alone and side by side."""
+    rng = np.random.default_rng(5)
+    crops = [rng.integers(0, 256, (28, width, 3), dtype=np.uint8) for width in (60, 600)]
+    settings: dict[str, Any] = {"draft": {"source": "none"}, "image_max_side": 0, "max_tokens_per_page": 0}
+    alone = _engine("qwen2vl", as_family="qwen2vl_line", **settings)
+    together = _engine("qwen2vl", as_family="qwen2vl_line", lines_together=2, **settings)
+    profile = alone.profile
+    try:
+        for read in ([alone.read(crop) for crop in crops], together.read_lines(crops)):
+            figures = [page.details["vlm_gguf"] for page in read]
+            limits = [profile.token_limit(f["image_tokens"]) for f in figures]
+            assert limits[0] == 4 * figures[0]["image_tokens"] + 8 < limits[1] < profile.max_tokens
+            # The random model never ends a line: each is cut at its own limit, not the family's 192.
+            assert [f["generated_tokens"] for f in figures] == limits
+            assert [f["stop_reason"] for f in figures] == ["max_tokens", "max_tokens"]
+    finally:
+        alone.close()
+        together.close()
+
+
 @exact_on_cpu_only
 def test_lines_read_side_by_side_draft_each_from_its_own_hint_and_read_as_alone() -> None:
     """With hints, read_lines checks each line's drafts in the group's passes: same text, fewer passes."""
@@ -368,7 +389,9 @@ def test_a_page_cut_short_goes_to_review(monkeypatch: pytest.MonkeyPatch) -> Non
     try:
         page = engine.read(_page(0))
         assert page.details["vlm_gguf"]["stop_reason"] == "max_tokens"
-        assert page.review_reasons == ["vlm_gguf: the page needed more tokens than the per-page limit"]
+        assert page.review_reasons == [
+            "vlm_gguf: the read needed more tokens than its limit (a page's, or a line's by its width)"
+        ]
         # A loop is cut the same way: the guard's verdict becomes the page's review reason.
         monkeypatch.setattr(engine._guard.__class__, "looping", lambda self, tokens: len(tokens) >= 3)
         page = engine.read(_page(0))

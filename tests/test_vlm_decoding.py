@@ -390,3 +390,21 @@ def test_drafted_lines_side_by_side_finish_in_the_passes_of_the_slowest_line() -
     # Every line's own output as its draft: a few passes write all three lines, not 60.
     assert len(target.passes) < 60 / 4
     assert [g.stop_reason for g in together] == ["max_tokens"] * 3
+
+
+def test_lines_side_by_side_stop_each_at_its_own_token_limit() -> None:
+    seeds = [0, 1, 2]
+    alone = [_plain(max_tokens=60, seed=seed) for seed in seeds]
+    models = [MarkovModel(seed=seed) for seed in seeds]
+    target = _SideBySide(models)
+    together = greedy_decode_together(
+        target,
+        [_start(model) for model in models],
+        max_tokens=[9, 60, 23],
+        drafts=[HintDraft(tokens) for tokens in alone],
+        policy=GPU_LIKE,
+    )
+    assert [g.stop_reason for g in together] == ["max_tokens"] * 3
+    assert [g.tokens for g in together] == [alone[0][:9], alone[1], alone[2][:23]]
+    with pytest.raises(ValueError, match="3 sequences but 2 token limits"):
+        greedy_decode_together(_SideBySide(models), [_start(m) for m in models], max_tokens=[9, 60])

@@ -81,3 +81,12 @@ def test_each_family_places_the_image_as_its_model_expects() -> None:
     }
     with pytest.raises(ValueError, match="unknown VLM family"):
         profile_for("nope")
+
+
+def test_only_a_line_reader_bounds_its_tokens_by_its_crops_width() -> None:
+    line = profile_for("qwen2vl_line")
+    assert line.token_limit(8) == 40 < line.token_limit(20) == 88 < line.token_limit(64) == line.max_tokens
+    assert line.with_overrides(None, 30).token_limit(20) == 30  # a site's lower limit still holds
+    for family, profile in PROFILES.items():
+        if not profile.line_input:
+            assert profile.token_limit(1) == profile.token_limit(1024) == profile.max_tokens, family

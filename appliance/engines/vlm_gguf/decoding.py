@@ -8,6 +8,7 @@ at the positions being verified.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -306,7 +307,7 @@ def greedy_decode_together(
     target: Sequences,
     first_logits: Sequence[np.ndarray],
     *,
-    max_tokens: int,
+    max_tokens: int | Sequence[int],
     drafts: Sequence[DraftSource | None] | None = None,
     policy: DraftPolicy | None = None,
     guard: LoopGuard | None = None,
@@ -324,11 +325,15 @@ def greedy_decode_together(
     as `greedy_decode` checks them, with lengths chosen for the whole pass (GroupDraftLengths;
     `costs` and `prior` as for greedy_decode).
     Each sequence writes what `greedy_decode` would write alone (on f32 models; batched kernels
-    may round differently on quantized ones) and stops for the same reasons. A pass's time is
-    shared out equally among the sequences in it.
+    may round differently on quantized ones) and stops for the same reasons; `max_tokens` is one
+    limit for all, or each sequence's own. A pass's time is shared out equally among the
+    sequences in it.
     """
     policy = policy or DraftPolicy()
     count = len(first_logits)
+    limits = [max_tokens] * count if isinstance(max_tokens, int) else list(max_tokens)
+    if len(limits) != count:
+        raise ValueError(f"{count} sequences but {len(limits)} token limits")
     sources = list(drafts) if drafts is not None else [None] * count
     tokens: list[list[int]] = [[] for _ in range(count)]
     probabilities: list[list[float]] = [[] for _ in range(count)]
@@ -338,9 +343,10 @@ def greedy_decode_together(
     lengths = GroupDraftLengths(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs, prior=prior)
     logits = dict(enumerate(first_logits))
 
-    def stop(written: list[int]) -> str | None:
-        return _stop_reason(written, max_tokens, guard, should_stop)
-
+    stops = [
+        functools.partial(_stop_reason, max_tokens=limit, guard=guard, should_stop=should_stop)
+        for limit in limits
+    ]
     while True:
         pass_started = time.perf_counter()
         written_ms = 0.0  # each written token's own work: it does not depend on the drafts (greedy_decode)
@@ -354,7 +360,7 @@ def greedy_decode_together(
             written = tokens[sequence]
             written.append(token)
             probabilities[sequence].append(_probability(row, token))
-            reasons[sequence] = stop(written)
+            reasons[sequence] = stops[sequence](written)
             written_ms += (time.perf_counter() - written_started) * 1000
             if reasons[sequence] is None:
                 feed[sequence] = [token]
@@ -369,7 +375,7 @@ def greedy_decode_together(
             source = sources[sequence]
             assert source is not None  # only drafting sequences are given a length
             started = time.perf_counter()
-            proposal = source.propose(tokens[sequence], min(k, max_tokens - len(tokens[sequence])))
+            proposal = source.propose(tokens[sequence], min(k, limits[sequence] - len(tokens[sequence])))
             stats[sequence].draft_ms += (time.perf_counter() - started) * 1000
             stats[sequence].k_history.append(k)
             feed[sequence].extend(proposal)
@@ -388,7 +394,7 @@ def greedy_decode_together(
                 tokens[sequence],
                 probabilities[sequence],
                 is_end=target.is_end,
-                stop_reason=stop,
+                stop_reason=stops[sequence],
             )
             accepted, reasons[sequence] = checked.accepted, checked.stop_reason
             written_ms += checked.written_ms

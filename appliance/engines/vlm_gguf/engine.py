@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # A generation that stopped for one of these did not finish the page: a person must look at it.
 CUT_SHORT = {
     "repetition": "the model started repeating itself and was stopped",
-    "max_tokens": "the page needed more tokens than the per-page limit",
+    "max_tokens": "the read needed more tokens than its limit (a page's, or a line's by its width)",
     "timeout": "the page took longer than the per-page time limit",
 }
 
@@ -318,7 +318,8 @@ class VlmGgufEngine:
             prompt_ms = (time.perf_counter() - started) * 1000
             head = len(context.head)  # the cells every line shares; each line adds the rest of its prompt
             used = head + sum(p.prompt_tokens - head for p in prompts)
-            max_tokens = min(self.profile.max_tokens, (context.n_ctx - used) // len(prompts) - 1)
+            room = (context.n_ctx - used) // len(prompts) - 1
+            limits = [min(self.profile.token_limit(p.image_tokens), room) for p in prompts]
             if deadline is None and self._config.timeout_seconds_per_page:
                 deadline = time.monotonic() + self._config.timeout_seconds_per_page
             drafts = [self._hint_draft(hint) for hint in hints]  # hints tokenized before decoding's clock
@@ -326,7 +327,7 @@ class VlmGgufEngine:
             generations = greedy_decode_together(
                 _SideBySide(context, [p.position for p in prompts]),
                 [p.logits for p in prompts],
-                max_tokens=max_tokens,
+                max_tokens=limits,
                 drafts=drafts,
                 policy=self._policy,
                 guard=self._guard,
@@ -431,7 +432,7 @@ class VlmGgufEngine:
         )
         prompt_ms = (time.perf_counter() - prompt_started) * 1000
         draft = self._draft_source(hint, result.text_tokens, hint_tokens)
-        max_tokens = min(self.profile.max_tokens, context.n_ctx - context.position - 1)
+        max_tokens = min(self.profile.token_limit(result.image_tokens), context.n_ctx - context.position - 1)
         if deadline is None and self._config.timeout_seconds_per_page:
             deadline = time.monotonic() + self._config.timeout_seconds_per_page
         decode_started = time.perf_counter()

@@ -8,6 +8,9 @@ from typing import Any, Literal
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, VLM_LINE_MARGIN
 
 OutputFormat = Literal["plain", "markdown", "doctags"]
+# Tokens a line read may write beyond its width's bound: room for a short line in a very narrow
+# face on a crop of the narrowest width (8 image tokens).
+LINE_TOKEN_SLACK = 8
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,18 @@ class FamilyProfile:
     # (line_crop.py): a page VLM reads a line better with a quarter; a line reader was trained on
     # detector-like crops and gets the ONNX recogniser's eighth.
     line_margin: float = VLM_LINE_MARGIN
+    # A line reader's tokens a 28-px image token may hold (0: no bound but max_tokens). A line's
+    # text cannot be much longer than its crop is wide, and a reader that runs away on a short crop
+    # (a rule of a hundred dashes for `GST EXCL`) would otherwise write max_tokens, and hold every
+    # line read beside it for as many passes. Receipt lines hold at most 1.9 characters a token
+    # at the trained stretch (median 0.8), so 4 leaves room for narrow faces.
+    tokens_per_image_token: int = 0
+
+    def token_limit(self, image_tokens: int) -> int:
+        """The tokens one read may write: max_tokens, or fewer for a narrow line crop."""
+        if not self.tokens_per_image_token:
+            return self.max_tokens
+        return min(self.max_tokens, self.tokens_per_image_token * image_tokens + LINE_TOKEN_SLACK)
 
     def messages(self, media_marker: str) -> list[dict[str, Any]]:
         """Chat messages for the model's own chat template, with the image as `media_marker`."""
@@ -78,6 +93,7 @@ PROFILES: dict[str, FamilyProfile] = {
             image_first=False,
             image_max_tokens=64,  # line_image.prepare_line: at most 1,120 x 28 px, 40 tokens
             max_tokens=192,
+            tokens_per_image_token=4,
             line_input=True,
             # Receipt line crops with a quarter read several points worse than with an eighth
             # (train/README, "Measured": `train.make_crops --margin`).
