@@ -45,7 +45,8 @@ class FamilyProfile:
     # text cannot be much longer than its crop is wide, and a reader that runs away on a short crop
     # (a rule of a hundred dashes for `GST EXCL`) would otherwise write max_tokens, and hold every
     # line read beside it for as many passes. Receipt lines hold at most 1.9 characters a token
-    # at the trained stretch (median 0.8), so 4 leaves room for narrow faces.
+    # at the trained stretch (median 0.8; bench/README, "A line's tokens bounded by its crop's
+    # width"), so 4 leaves room for narrow faces.
     tokens_per_image_token: int = 0
 
     def token_limit(self, image_tokens: int) -> int:
