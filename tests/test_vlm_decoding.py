@@ -9,6 +9,7 @@ import pytest
 
 from appliance.engines.vlm_gguf.decoding import (
     DraftPolicy,
+    Generation,
     _probability,
     greedy_decode,
     greedy_decode_together,
@@ -374,18 +375,25 @@ def test_lines_side_by_side_with_drafts_write_what_each_writes_alone_in_fewer_pa
         assert fed == tokens[: len(fed)] and len(fed) >= len(tokens) - 1
 
 
-def test_drafted_lines_side_by_side_finish_in_the_passes_of_the_slowest_line() -> None:
-    seeds = [0, 1, 2]
-    alone = [_plain(max_tokens=60, seed=seed) for seed in seeds]
-    models = [MarkovModel(seed=seed) for seed in seeds]
+def _drafted_from_their_own_text(
+    max_tokens: int | list[int],
+) -> tuple[list[list[int]], _SideBySide, list[Generation]]:
+    """Three lines read side by side, each drafted from what it writes alone (60 tokens)."""
+    alone = [_plain(max_tokens=60, seed=seed) for seed in (0, 1, 2)]
+    models = [MarkovModel(seed=seed) for seed in (0, 1, 2)]
     target = _SideBySide(models)
     together = greedy_decode_together(
         target,
         [_start(model) for model in models],
-        max_tokens=60,
+        max_tokens=max_tokens,
         drafts=[HintDraft(tokens) for tokens in alone],
         policy=GPU_LIKE,
     )
+    return alone, target, together
+
+
+def test_drafted_lines_side_by_side_finish_in_the_passes_of_the_slowest_line() -> None:
+    alone, target, together = _drafted_from_their_own_text(max_tokens=60)
     assert [g.tokens for g in together] == alone
     # Every line's own output as its draft: a few passes write all three lines, not 60.
     assert len(target.passes) < 60 / 4
@@ -393,18 +401,9 @@ def test_drafted_lines_side_by_side_finish_in_the_passes_of_the_slowest_line() -
 
 
 def test_lines_side_by_side_stop_each_at_its_own_token_limit() -> None:
-    seeds = [0, 1, 2]
-    alone = [_plain(max_tokens=60, seed=seed) for seed in seeds]
-    models = [MarkovModel(seed=seed) for seed in seeds]
-    target = _SideBySide(models)
-    together = greedy_decode_together(
-        target,
-        [_start(model) for model in models],
-        max_tokens=[9, 60, 23],
-        drafts=[HintDraft(tokens) for tokens in alone],
-        policy=GPU_LIKE,
-    )
+    alone, _, together = _drafted_from_their_own_text(max_tokens=[9, 60, 23])
     assert [g.stop_reason for g in together] == ["max_tokens"] * 3
     assert [g.tokens for g in together] == [alone[0][:9], alone[1], alone[2][:23]]
+    models = [MarkovModel(seed=seed) for seed in (0, 1, 2)]
     with pytest.raises(ValueError, match="3 sequences but 2 token limits"):
         greedy_decode_together(_SideBySide(models), [_start(m) for m in models], max_tokens=[9, 60])
