@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from train.text_source import TextSource, common_chinese, label_of
+from train.text_source import _THANKS, TextSource, common_chinese, label_of
 
 
 def test_same_seed_gives_the_same_lines_and_another_seed_others() -> None:
@@ -177,3 +177,22 @@ def test_a_label_is_single_spaced_while_the_line_drawn_keeps_its_wide_gaps() -> 
         assert "  " not in label
         assert label.split() == line.split()
     assert label_of("RM   Tax  :  0.60") == "RM Tax : 0.60"
+
+
+def test_a_clipped_line_is_a_phrase_cut_at_either_end_mostly_mid_word() -> None:
+    source = TextSource(12)
+    phrases = [" ".join(phrase.upper().split()) for phrase in _THANKS]
+    clipped = [" ".join(source.clipped("thanks").upper().split()) for _ in range(400)]
+    # A cut may fall where a shorter phrase ends (`THANK YOU` of `THANK YOU, PLEASE COME AGAIN`).
+    assert sum(line in phrases for line in clipped) < len(clipped) // 10
+    heads = [line for line in clipped if any(p.startswith(line) for p in phrases)]
+    tails = [line for line in clipped if any(p.endswith(line) for p in phrases)]
+    # A few carry brackets put round their fields, as any receipt-like line may.
+    assert len(set(heads) | set(tails)) > 0.8 * len(set(clipped))
+    assert len(heads) > 2 * len(tails) > 60
+    mid_word = [
+        line
+        for line in heads
+        if any(p.startswith(line) and p[len(line) : len(line) + 1].isalnum() for p in phrases)
+    ]
+    assert len(mid_word) > len(heads) // 2

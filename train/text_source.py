@@ -325,9 +325,11 @@ class TextSource:
         # kind of line, as a text detector boxes a receipt's columns apart (a lone price, a
         # quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8 characters or fewer.
         # ~5% are a receipt-like line's fields shuffled, so that no line can be finished from
-        # its first words; ~3% are web or mail addresses. Rule lines (stars, dashes or equals) are
-        # off: the one run with them at weight 2 wrote runs of marks a hundred long for two receipt
-        # lines that were none (train/README.md, "Bleeding ink and single-spaced labels").
+        # its first words; ~3% are web or mail addresses; ~4% are a whole line clipped mid-word
+        # at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`). Rule
+        # lines (stars, dashes or equals) are off: the one run with them at weight 2 wrote runs
+        # of marks a hundred long for two receipt lines that were none (train/README.md,
+        # "Bleeding ink and single-spaced labels").
         self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
             "company": (7, self.company),
             "address": (8, self.address),
@@ -348,6 +350,7 @@ class TextSource:
             "fragment": (44, self.fragment),
             "shuffled": (8, self.shuffled),
             "web": (4, self.web),
+            "clipped": (6, self.clipped),
             "rule": (0, self.rule),
         }
 
@@ -605,6 +608,21 @@ class TextSource:
         )
         self.rng.shuffle(fields)
         return " ".join(fields) or "0"
+
+    def clipped(self, kind: str | None = None) -> str:
+        """A receipt's fixed phrase or line cut at any character, mostly at its end.
+
+        The kept reader finished such lines from the phrases it was trained on (`GOODS SOLD ARE NOT
+        RETURNABLE TH` read `... RETURNABLE THANK (KINABALU)`, `PLEASE COME AGAIN !` with `THANK
+        ***` after it): a line that stops mid-word teaches it to stop where the ink stops.
+        """
+        kind = kind or self.rng.choice(["thanks", "label", "company", "address", "header", "item"])
+        text = self.kinds[kind][1]().strip()
+        if len(text) < 6:
+            return text or "0"
+        keep = self.rng.randint(3, len(text) - 2)
+        clipped = text[:keep] if self.rng.random() < 0.75 else text[len(text) - keep :]
+        return clipped.strip() or "0"
 
     def thanks(self) -> str:
         return self.rng.choice(_THANKS)
