@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, split_wheels
+from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, download_wheels, split_wheels
 
 
 def _crop_folder(source: Path) -> None:
@@ -67,3 +67,19 @@ def test_run_sh_installs_both_wheel_folders(tmp_path: Path) -> None:
         ["bash", "-c", f"HERE={tmp_path}; echo {wheel_glob}"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert sorted(Path(path).name for path in listed) == sorted(["wheels.whl", f"{SPLIT_FOLDER}.whl"])
+
+
+def test_wheels_are_downloaded_into_an_emptied_folder(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "httpx2-2.16.2-py3-none-any.whl").write_bytes(b"from an earlier pack")
+    asked: list[list[str]] = []
+
+    def pip(command: list[str], check: bool) -> None:  # stands in for pip download (no network here)
+        asked.append(command)
+        folder = Path(command[command.index("-d") + 1])
+        (folder / "httpx2-2.17.0-py3-none-any.whl").write_bytes(b"new")
+
+    download_wheels(wheels, run=pip)
+    assert [p.name for p in wheels.iterdir()] == ["httpx2-2.17.0-py3-none-any.whl"]
+    assert asked[0][2:4] == ["pip", "download"] and any(pin.startswith("transformers==") for pin in asked[0])

@@ -20,8 +20,9 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
 CARRY = Path(".train-carry")
 # What a box with torch lacks, at the pins of train/requirements.txt; installed there with
@@ -131,6 +132,43 @@ def find_font(name: str, roots: list[Path]) -> Path:
     raise FileNotFoundError(f"font {name} not found (apt-get install the packages in train/README.md)")
 
 
+def download_wheels(wheels: Path, run: Callable[..., Any] = subprocess.run) -> None:
+    """Downloads the carried pins and their dependency closure into `wheels`, emptied first.
+
+    Afresh, as the fonts are: the closure's unpinned wheels move on between packs, and a folder
+    that kept an earlier pack's `httpx2-2.16.2` beside the new `httpx2-2.17.0` made run.sh's pip
+    refuse the whole install on the box (two versions of one package).
+    """
+    shutil.rmtree(wheels, ignore_errors=True)
+    wheels.mkdir(parents=True)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "any",
+            "-d",
+            str(wheels),
+            *carried_pins(),
+        ],
+        check=True,
+    )
+
+
 def split_wheels(wheels: Path, target: Path) -> list[str]:
     """Moves the SPLIT_OFF wheels out of `wheels` into `target` (afresh); returns their names."""
     shutil.rmtree(target, ignore_errors=True)
@@ -181,33 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         reads = json.loads(args.hints.read_text(encoding="utf-8"))
         unsure = {read["file"] for read in reads if read["confidence"] < args.unsure_below}
     wheels = CARRY / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            "--platform",
-            "manylinux2014_x86_64",
-            "--platform",
-            "manylinux_2_17_x86_64",
-            "--platform",
-            "manylinux_2_28_x86_64",
-            "--platform",
-            "any",
-            "-d",
-            str(wheels),
-            *carried_pins(),
-        ],
-        check=True,
-    )
+    download_wheels(wheels)
     for wheel in wheels.glob("*.whl"):
         if wheel.name.startswith(LEAVE_OUT):
             wheel.unlink()
