@@ -68,8 +68,7 @@ def test_drafting_is_switched_off_when_acceptance_falls_below_the_threshold() ->
     expected = _plain(max_tokens=80)
     garbage = [(token + 13) % 50 for token in expected]  # never what the model writes
     model = MarkovModel()
-    # k_min 1: every step drafts until the threshold stops it (with 0, the lengths would stop first).
-    policy = DraftPolicy(k=4, k_min=1, min_acceptance=0.3, min_drafted=16)
+    policy = DraftPolicy(k=4, min_acceptance=0.3, min_drafted=16)
     generation = greedy_decode(model, _start(model), max_tokens=80, draft=HintDraft(garbage), policy=policy)
     assert generation.tokens == expected
     stats = generation.stats
@@ -77,22 +76,6 @@ def test_drafting_is_switched_off_when_acceptance_falls_below_the_threshold() ->
     # Once off, no more tokens are drafted: what was drafted stays near the switch-off point.
     assert stats.drafted < 16 + 16
     assert stats.steps > len(expected) - stats.accepted - 2
-
-
-def test_drafts_that_are_never_right_give_way_to_steps_without_drafts_but_for_a_probe_now_and_then() -> None:
-    expected = _plain(max_tokens=80)
-    garbage = [(token + 13) % 50 for token in expected]
-    model = MarkovModel()
-    # Verifying costs by the token, as on a CPU: a step with drafts pays for each of them.
-    policy = DraftPolicy(k=4, min_drafted=1000, batch_cost=float)
-    generation = greedy_decode(model, _start(model), max_tokens=80, draft=HintDraft(garbage), policy=policy)
-    assert generation.tokens == expected
-    stats = generation.stats
-    assert stats.disabled_after is None  # not switched off: the lengths chose no drafts
-    assert stats.accepted == 0
-    drafted_steps = sum(1 for k in stats.k_history if k > 0)
-    assert 2 <= drafted_steps <= 80 // 8 + 2  # the first step's drafts, then one probe in eight steps
-    assert stats.drafted <= 4 + drafted_steps
 
 
 def test_draft_length_adapts_to_acceptance() -> None:

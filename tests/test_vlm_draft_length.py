@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 
 import pytest
@@ -168,38 +167,3 @@ def test_lines_side_by_side_start_from_earlier_lines_rates() -> None:
         _group_pass(first, [0, 1], {0: 99, 1: 99}, gpu_like)
     later = GroupDraftLengths(k=4, k_min=1, k_max=16, batch_cost=gpu_like, prior=prior)
     assert later.lengths([0, 1], 2) == {0: 16, 1: 16}
-
-
-def test_where_drafts_cost_more_than_they_save_a_step_drafts_nothing_but_probes_now_and_then() -> None:
-    # Each token costs a pass (batch_cost=float): even drafts right 96% of the time do not pay.
-    lengths = DraftLength(k=4, k_min=0, k_max=16, batch_cost=float)
-    _feed(lengths, 30, right_until=99)
-    assert lengths.k == 0
-    assert lengths.expected_tokens(0) / lengths.cost(1) > lengths.expected_tokens(1) / lengths.cost(2)
-    tried = []
-    for _ in range(32):
-        k = lengths.k
-        tried.append(k)
-        lengths.observe(k, k, 1 + k, float(1 + k))
-    assert tried.count(1) == 4 and set(tried) == {0, 1}  # one step in eight drafts one token
-
-
-def test_a_hint_right_half_the_time_drafts_where_a_pass_costs_alike_and_not_where_tokens_cost() -> None:
-    for cost, drafts in ((gpu_like, True), (float, False)):
-        lengths = DraftLength(k=4, k_min=0, k_max=16, batch_cost=cost)
-        rng = random.Random(5)
-        for _ in range(60):
-            k = lengths.k
-            lengths.observe(k, min(k, int(rng.random() < 0.5)), 1 + k, cost(1 + k))
-        assert lengths.acceptance(1) < 0.75
-        assert (lengths.best() > 0) is drafts
-
-
-def test_a_line_side_by_side_may_draft_nothing_and_is_probed_on_one_pass_in_eight() -> None:
-    lengths = GroupDraftLengths(k=4, k_min=0, k_max=16, batch_cost=float)
-    right = {0: 99, 1: 0}
-    history = [_group_pass(lengths, [0, 1], right, float) for _ in range(40)]
-    later = history[8:]
-    assert all(chosen[line] in (0, 1) for chosen in later for line in (0, 1))
-    assert 3 <= sum(chosen[1] for chosen in later) <= 5  # the probes: one pass in eight
-    assert sum(chosen[0] for chosen in later) <= 5

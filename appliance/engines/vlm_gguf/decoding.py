@@ -47,7 +47,7 @@ class DraftPolicy:
     """How many tokens to draft, and when drafting stops paying for a page."""
 
     k: int = 4  # the first step's drafts, before the page has shown how they fare
-    k_min: int = 0  # 0: a step may draft nothing where drafts would cost more than they save
+    k_min: int = 1
     k_max: int = 16
     # Drafting is switched off for the rest of a page once at least `min_drafted` tokens were
     # proposed and fewer than `min_acceptance` of them were accepted: each rejected token costs a

@@ -13,9 +13,7 @@ engine's earlier pages; the second over all the engine's pages):
 
 The expected tokens of a step with k drafts are 1 + a1 + a1*a2 + ... + a1*...*ak (ad: the share of
 tries at depth d that were right), its cost c(k + 1); the next k is the one with the most tokens
-per cost, none at all (k = 0) where a pass that checks drafts costs more than they are likely to
-save: on a hint that is often wrong (the lines a first engine is unsure of), or where every token
-costs a pass's worth. Rules of thumb (double k while all are accepted) let k climb to 16 on runs of right
+per cost. Rules of thumb (double k while all are accepted) let k climb to 16 on runs of right
 drafts and then pay 16 tokens' verification for every misread word: on the CPU with a hint
 corrupted at the ONNX engine's measured rate that made drafting slower than no drafting at all.
 """
@@ -193,8 +191,6 @@ class DraftLength(_Lengths):
         """One step: `proposed` drafts of which the first `accepted` were right, `batch` tokens fed."""
         self._costs.observe(batch, milliseconds)
         if not proposed:
-            if self.k == 0 and self._costs.observed % _PROBE_EVERY == 0:
-                self.k = 1  # not drafting: one draft now and then, so the rates follow the hint
             return
         self._learn(self._depths, proposed, accepted)
         self._steps += 1
@@ -279,11 +275,10 @@ class GroupDraftLengths(_Lengths):
             rate = gained / max(cost(batch + taken), 1e-9)
             if rate > best_rate * 1.001:
                 best_rate, best_taken = rate, taken
-        probing = self._costs.observed % _PROBE_EVERY == 0  # counted over the engine's passes
         if (
-            probing
-            and self._fixed_cost is None
+            self._fixed_cost is None
             and self._passes > 0
+            and self._costs.observed % _PROBE_EVERY == 0
             and self._costs.samples(batch + best_taken + len(drafting)) < _PROBE_SAMPLES
         ):
             # Now and then one draft more a line, as DraftLength probes one longer: costs are only
@@ -292,10 +287,6 @@ class GroupDraftLengths(_Lengths):
             best_taken = min(best_taken + len(drafting), len(likeliest))
         for _, line in likeliest[:best_taken]:
             counts[line] += 1
-        if probing:
-            # A line that drafts nothing drafts one token now and then, as DraftLength does: else
-            # rates learnt on bad hints would keep every later line from drafting.
-            counts = {line: max(count, 1) for line, count in counts.items()}
         return counts
 
     def observe_pass(self, batch: int, milliseconds: float) -> None:
