@@ -1,6 +1,6 @@
 """Cuts every ground-truth line of a page set into a crop folder (evaluation only); scores the ONNX reader.
 
-    python -m train.make_crops --data ../shared/data/receipts_en --out DIR [--onnx]
+    python -m train.make_crops --data ../shared/data/receipts_en --out DIR [--onnx] [--through-height H]
 
 Writes DIR/NNNN.jpg and DIR/labels.jsonl (`{"file", "text", "page"}`), the layout train.eval_lines
 reads. The crops come from evaluation data whose licence forbids copying it: write DIR outside the
@@ -22,8 +22,14 @@ import numpy as np
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, VLM_LINE_MARGIN, cut_box
 
 
-def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) -> int:
-    """Writes the crops (boxes grown by `margin` x their height) and labels.jsonl; returns the count."""
+def make_crops(
+    data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN, through_height: int | None = None
+) -> int:
+    """Writes the crops (boxes grown by `margin` x their height) and labels.jsonl; returns the count.
+
+    `through_height`: each crop taller than that is shrunk to it and enlarged back to its own size,
+    so a reader sees only what that many rows of pixels hold (the line reader's input is 28 rows).
+    """
     out.mkdir(parents=True, exist_ok=True)
     count = 0
     with (out / "labels.jsonl").open("w", encoding="utf-8") as labels:
@@ -39,6 +45,8 @@ def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) ->
                 crop = cut_box(page, (x0, y0, x1, y1), margin)  # as the appliance's cascade cuts it
                 if not text or crop.size == 0:
                     continue
+                if through_height is not None and crop.shape[0] > through_height:
+                    crop = _through_height(crop, through_height)
                 name = f"{count:04d}.jpg"
                 # JPEG at quality 92: the pages are JPEG scans already; PNG crops of one set pass 60 MB.
                 cv2.imwrite(str(out / name), crop, [cv2.IMWRITE_JPEG_QUALITY, 92])
@@ -46,6 +54,13 @@ def make_crops(data: Path, out: Path, margin: float = RECOGNISER_LINE_MARGIN) ->
                 labels.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
     return count
+
+
+def _through_height(crop: np.ndarray, height: int) -> np.ndarray:
+    """The crop shrunk to `height` rows (its aspect kept) and enlarged back to its own size."""
+    rows, columns = crop.shape[:2]
+    small = cv2.resize(crop, (max(1, round(columns * height / rows)), height), interpolation=cv2.INTER_AREA)
+    return cv2.resize(small, (columns, rows), interpolation=cv2.INTER_CUBIC)
 
 
 def read_crops(folder: Path, limit: int | None = None) -> list[tuple[str, np.ndarray, str]]:
@@ -92,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         help="paper round each box, as a share of its height (the cascade gives a recogniser or a "
         f"line reader {RECOGNISER_LINE_MARGIN}, a page VLM {VLM_LINE_MARGIN})",
     )
+    parser.add_argument(
+        "--through-height",
+        type=int,
+        help="shrink each crop to this many rows of pixels and back: what a reader that tall can see",
+    )
     args = parser.parse_args(argv)
-    print(f"{make_crops(args.data, args.out, args.margin)} lines in {args.out}")
+    print(f"{make_crops(args.data, args.out, args.margin, args.through_height)} lines in {args.out}")
     if args.onnx:
         print(json.dumps({"onnx_reader": onnx_cer(args.out)}))
     return 0
