@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.eval_lines import cer, edit_breakdown
+from train.eval_lines import by_length, cer, edit_breakdown
 
 
 def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
@@ -56,3 +56,19 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     ((_, _, wide),) = load_crops(crops, stretch=trained_stretch(tmp_path))
     assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
+
+
+def test_two_readers_are_compared_line_length_by_line_length() -> None:
+    truths = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE"]
+    reads = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE THANK"]
+    others = ["TAK", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE"]
+    rows = by_length(truths, reads, others)
+    assert [(row["chars"], row["lines"]) for row in rows] == [
+        ("0-4", 1),
+        ("5-9", 1),
+        ("10-19", 1),
+        ("20+", 1),
+    ]
+    assert rows[0]["cer"] == 0 and rows[0]["cer_other"] == round(1 / 3, 4)
+    assert rows[3]["cer"] == round(5 / 25, 4) and rows[3]["cer_other"] == 0
+    assert rows[1]["cer"] == rows[1]["cer_other"] == 0

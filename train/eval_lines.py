@@ -1,6 +1,7 @@
 """Greedy-reads a folder of line crops with a trained export and prints its character error rates.
 
     python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F] [--worst N]
+        [--against READS.json]
 
 `crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
 `train.render.prepare_line`, the same contract as in training and in the appliance's caller.
@@ -67,6 +68,32 @@ def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: i
         "long_lines_over_half_wrong": long_lost_lines,
         "common": counts.most_common(top),
     }
+
+
+LENGTH_BANDS = (0, 5, 10, 20)  # truth characters (whitespace-free): 0-4, 5-9, 10-19, 20 and more
+
+
+def by_length(
+    truths: Sequence[str], reads: Sequence[str], others: Sequence[str], bands: Sequence[int] = LENGTH_BANDS
+) -> list[dict[str, Any]]:
+    """CER (as `cer`) of `reads` and of `others` (another reader's text of the same crops) by line length.
+
+    Where a reader loses to another, by the length of the line: short fragments, or long lines.
+    """
+    lengths = [len(normalize(truth, True)) for truth in truths]
+    rows = []
+    for index, low in enumerate(bands):
+        high = bands[index + 1] if index + 1 < len(bands) else None
+        chosen = [i for i, n in enumerate(lengths) if n >= low and (high is None or n < high)]
+        rows.append(
+            {
+                "chars": f"{low}-{high - 1}" if high is not None else f"{low}+",
+                "lines": len(chosen),
+                "cer": round(cer([(truths[i], reads[i]) for i in chosen]), 4),
+                "cer_other": round(cer([(truths[i], others[i]) for i in chosen]), 4),
+            }
+        )
+    return rows
 
 
 def worst_lines(lines: Sequence[tuple[str, str, str]], count: int) -> list[tuple[int, str, str, str]]:
@@ -166,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--x-scale", type=float, default=1.0, help="stretch crops horizontally first")
     parser.add_argument("--worst", type=int, default=0, help="print the N lines with the most edits")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -192,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         for edits, name, truth, read in worst:
             print(f"{edits:4d} {name} {truth!r} read {read!r}")
         print(f"{sum(line[0] for line in worst)} of {breakdown['edits']} edits on these {len(worst)} lines")
+    if args.against:
+        others = {read["file"]: read["text"] for read in json.loads(args.against.read_text(encoding="utf-8"))}
+        truths = [c[1] for c in crops]
+        for row in by_length(truths, texts, [others[c[0]] for c in crops]):
+            print(json.dumps(row))
     out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
