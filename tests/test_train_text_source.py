@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from train.text_source import _THANKS, TextSource, common_chinese, label_of
+from train.text_source import _TERMS_GLUE, _TERMS_WORDS, _THANKS, TextSource, common_chinese, label_of
 
 
 def test_same_seed_gives_the_same_lines_and_another_seed_others() -> None:
@@ -196,3 +196,15 @@ def test_a_clipped_line_is_a_phrase_cut_at_either_end_mostly_mid_word() -> None:
         if any(p.startswith(line) and p[len(line) : len(line) + 1].isalnum() for p in phrases)
     ]
     assert len(mid_word) > len(heads) // 2
+
+
+def test_terms_lines_are_sentences_of_common_and_receipt_words_never_the_same_twice() -> None:
+    source = TextSource(14)
+    lines = [source.line_of("terms") for _ in range(300)]
+    assert len(set(lines)) == len(lines)  # drawn word by word: nothing to recall
+    words = [re.sub(r"[^A-Za-z]", "", word).upper() for line in lines for word in line.split()]
+    words = [word for word in words if word]
+    assert all(word in _TERMS_GLUE or word in _TERMS_WORDS for word in words)
+    glue = sum(word in _TERMS_GLUE for word in words) / len(words)
+    assert 0.3 < glue < 0.6  # about as many short common words as the sentences they stand for
+    assert sum(len(line.replace(" ", "")) >= 20 for line in lines) > len(lines) // 2

@@ -264,6 +264,137 @@ _THANKS = (
     "EXCHANGE WITHIN 7 DAYS WITH RECEIPT",
     "THIS IS A COMPUTER GENERATED RECEIPT",
 )
+# The words of a receipt's terms and notices (returns, exchanges, tax invoices, loyalty schemes,
+# opening hours), with the common English words between them: its long lines are such sentences,
+# and the kept reader misread their plain words (`FROM THE DATE OF PURCHASE` read `from ithe dete
+# of purchase`) where it read items and prices well.
+_TERMS_GLUE = (
+    "THE",
+    "OF",
+    "FOR",
+    "TO",
+    "IS",
+    "ARE",
+    "BE",
+    "IN",
+    "ON",
+    "WITH",
+    "WITHIN",
+    "FROM",
+    "BY",
+    "AT",
+    "IF",
+    "ANY",
+    "ALL",
+    "YOUR",
+    "OUR",
+    "US",
+    "WE",
+    "YOU",
+    "THIS",
+    "THAT",
+    "IT",
+    "NOT",
+    "NO",
+    "OR",
+    "AND",
+    "AS",
+    "WILL",
+    "MAY",
+    "MUST",
+    "CAN",
+    "ONLY",
+    "BEFORE",
+    "AFTER",
+    "PER",
+    "ITS",
+    "UPON",
+    "UNDER",
+)
+_TERMS_WORDS = (
+    "DAYS",
+    "DAY",
+    "WEEK",
+    "MONTHS",
+    "DATE",
+    "TIME",
+    "HOURS",
+    "OPEN",
+    "DAILY",
+    "GOODS",
+    "SOLD",
+    "RETURNABLE",
+    "REFUNDABLE",
+    "EXCHANGE",
+    "EXCHANGED",
+    "RECEIPT",
+    "ORIGINAL",
+    "PURCHASE",
+    "REQUEST",
+    "INVOICE",
+    "TAX",
+    "PRESCRIBED",
+    "MADE",
+    "COMPUTER",
+    "GENERATED",
+    "SIGNATURE",
+    "REQUIRED",
+    "CUSTOMER",
+    "SERVICE",
+    "PLEASE",
+    "KEEP",
+    "PROVIDE",
+    "STATE",
+    "CONDITION",
+    "ENQUIRY",
+    "EMAIL",
+    "CONTACT",
+    "FOLLOW",
+    "LIKE",
+    "VISIT",
+    "WEBSITE",
+    "MEMBER",
+    "POINTS",
+    "LOYALTY",
+    "PROGRAMME",
+    "TODAY",
+    "CHANGE",
+    "PRICES",
+    "SUBJECT",
+    "WITHOUT",
+    "NOTICE",
+    "VALID",
+    "WARRANTY",
+    "ITEMS",
+    "DISCOUNTED",
+    "ACCEPTED",
+    "REFUND",
+    "CHARGED",
+    "RESERVE",
+    "RIGHT",
+    "TERMS",
+    "CONDITIONS",
+    "APPLY",
+    "PRODUCTS",
+    "RETURN",
+    "DAMAGED",
+    "DEFECTIVE",
+    "PROOF",
+    "COPY",
+    "STORE",
+    "OUTLET",
+    "MANAGEMENT",
+    "ABSOLUTE",
+    "DISCRETION",
+    "BASED",
+    "BELONG",
+    "CODE",
+    "INDICATED",
+    "SUPPLY",
+    "COMPLIANT",
+    "PERSONAL",
+    "DATA",
+)
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _UNITS = ("PCS", "PC", "KG", "G", "ML", "L", "BOX", "PKT", "BTL", "CTN", "SET", "ROLL", "UNIT", "EA")
 _CURRENCIES = ("RM", "RM ", "$", "$ ", "MYR ", "SGD ", "USD ", "EUR ", "¥", "￥")
@@ -326,7 +457,8 @@ class TextSource:
         # quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8 characters or fewer.
         # ~5% are a receipt-like line's fields shuffled, so that no line can be finished from
         # its first words; ~3% are web or mail addresses; ~4% are a whole line clipped mid-word
-        # at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`). Rule
+        # at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`); ~4% are
+        # a shop's terms, their words in any order (`terms`). Rule
         # lines (stars, dashes or equals) are off: the one run with them at weight 2 wrote runs
         # of marks a hundred long for two receipt lines that were none (train/README.md,
         # "Bleeding ink and single-spaced labels").
@@ -351,6 +483,7 @@ class TextSource:
             "shuffled": (8, self.shuffled),
             "web": (4, self.web),
             "clipped": (6, self.clipped),
+            "terms": (5, self.terms),
             "rule": (0, self.rule),
         }
 
@@ -623,6 +756,19 @@ class TextSource:
         keep = self.rng.randint(3, len(text) - 2)
         clipped = text[:keep] if self.rng.random() < 0.75 else text[len(text) - keep :]
         return clipped.strip() or "0"
+
+    def terms(self) -> str:
+        """A sentence of a receipt's terms in words drawn at random: read word by word, never recalled."""
+        # About as many short common words as content words, as in the sentences they stand for.
+        words = [
+            self.rng.choice(_TERMS_GLUE if self.rng.random() < 0.45 else _TERMS_WORDS)
+            for _ in range(self.rng.randint(4, 9))
+        ]
+        if self.rng.random() < 0.3:  # a comma inside, as a sentence of two clauses has
+            at = self.rng.randrange(1, len(words))
+            words[at - 1] += ","
+        ending = self.rng.choice(["", "", "", ".", ".", "!", " :", "."])
+        return " ".join(words) + ending
 
     def thanks(self) -> str:
         return self.rng.choice(_THANKS)
