@@ -451,17 +451,16 @@ class TextSource:
         self.rng = random.Random(seed)
         self.words = _load_words(words)
         self.zh = list(chinese) if chinese is not None else common_chinese()
-        # Weights: receipt-like structure most of the time, ~10% pure random characters to force
-        # reading, ~12% Chinese or mixed lines, ~29% fragments: one or two fields cut from another
-        # kind of line, as a text detector boxes a receipt's columns apart (a lone price, a
-        # quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8 characters or fewer.
-        # ~5% are a receipt-like line's fields shuffled, so that no line can be finished from
-        # its first words; ~3% are web or mail addresses; ~4% are a whole line clipped mid-word
-        # at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`); ~4% are
-        # a shop's terms, their words in any order (`terms`). Rule
-        # lines (stars, dashes or equals) are off: the one run with them at weight 2 wrote runs
-        # of marks a hundred long for two receipt lines that were none (train/README.md,
-        # "Bleeding ink and single-spaced labels").
+        # Weights (shares of 167): receipt-like structure most of the time, 9% pure random
+        # characters to force reading, 11% Chinese or mixed lines, 26% fragments: one or two fields
+        # cut from another kind of line, as a text detector boxes a receipt's columns apart (a
+        # lone price, a quantity, `TAX`, `Cash`). Half of the lines of real receipts hold 8
+        # characters or fewer. 5% are a receipt-like line's fields shuffled, so that no line can
+        # be finished from its first words; 2% web or mail addresses; 4% a whole line clipped
+        # mid-word at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`);
+        # 3% a shop's terms, their words in any order. Rule lines (stars, dashes or equals) are
+        # off: the one run with them at weight 2 wrote runs of marks a hundred long for two
+        # receipt lines that were none (train/README.md, "Bleeding ink and single-spaced labels").
         self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
             "company": (7, self.company),
             "address": (8, self.address),
