@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.eval_lines import by_length, cer, edit_breakdown
+from train.eval_lines import cer, compare_by, edit_breakdown, length_band, letter_case
 
 
 def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
@@ -58,17 +58,16 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
 
 
-def test_two_readers_are_compared_line_length_by_line_length() -> None:
+def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_the_print() -> None:
     truths = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE"]
     reads = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE THANK"]
-    others = ["TAK", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE"]
-    rows = by_length(truths, reads, others)
-    assert [(row["chars"], row["lines"]) for row in rows] == [
-        ("0-4", 1),
-        ("5-9", 1),
-        ("10-19", 1),
-        ("20+", 1),
-    ]
+    others = ["TAK", "RM 1.00", "Total amount due", "Goods sold are not returnable"]
+    rows = compare_by([length_band(truth) for truth in truths], truths, reads, others)
+    bands = [(row["lines"], row["count"]) for row in rows]
+    assert bands == [("0-4", 1), ("10-19", 1), ("20+", 1), ("5-9", 1)]
     assert rows[0]["cer"] == 0 and rows[0]["cer_other"] == round(1 / 3, 4)
-    assert rows[3]["cer"] == round(5 / 25, 4) and rows[3]["cer_other"] == 0
-    assert rows[1]["cer"] == rows[1]["cer_other"] == 0
+    assert rows[2]["cer"] == round(5 / 25, 4) and rows[2]["cer_other"] == 0
+    by_case = compare_by([letter_case(text) for text in others], truths, reads, others)
+    assert [(row["lines"], row["count"]) for row in by_case] == [("mostly lower", 2), ("upper", 2)]
+    assert by_case[0]["cer"] == round(5 / (14 + 25), 4)
+    assert letter_case("0.00") == "no letters" and letter_case("RM Tax") == "some lower"

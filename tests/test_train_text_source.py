@@ -208,3 +208,11 @@ def test_terms_lines_are_sentences_of_common_and_receipt_words_never_the_same_tw
     glue = sum(word in _TERMS_GLUE for word in words) / len(words)
     assert 0.3 < glue < 0.6  # about as many short common words as the sentences they stand for
     assert sum(len(line.replace(" ", "")) >= 20 for line in lines) > len(lines) // 2
+
+
+def test_a_quarter_of_the_lines_with_letters_are_mostly_lower_case_some_as_sentences() -> None:
+    lines = [line for line in _lines(TextSource(15), 3000) if re.search("[A-Za-z]", line)]
+    lower = [line for line in lines if sum(c.islower() for c in line) > sum(c.isupper() for c in line)]
+    assert 0.25 < len(lower) / len(lines) < 0.5
+    sentences = [line for line in lower if re.fullmatch(r"[^A-Za-z]*[A-Z][^A-Z]*", line)]
+    assert len(sentences) > len(lines) // 20

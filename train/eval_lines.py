@@ -73,22 +73,39 @@ def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: i
 LENGTH_BANDS = (0, 5, 10, 20)  # truth characters (whitespace-free): 0-4, 5-9, 10-19, 20 and more
 
 
-def by_length(
-    truths: Sequence[str], reads: Sequence[str], others: Sequence[str], bands: Sequence[int] = LENGTH_BANDS
-) -> list[dict[str, Any]]:
-    """CER (as `cer`) of `reads` and of `others` (another reader's text of the same crops) by line length.
+def length_band(truth: str, bands: Sequence[int] = LENGTH_BANDS) -> str:
+    """The band of `bands` that the truth's whitespace-free length falls in (`10-19`, `20+`)."""
+    length = len(normalize(truth, True))
+    low = max(band for band in bands if band <= length)
+    higher = [band for band in bands if band > low]
+    return f"{low}-{higher[0] - 1}" if higher else f"{low}+"
 
-    Where a reader loses to another, by the length of the line: short fragments, or long lines.
+
+def letter_case(text: str) -> str:
+    """How a line is printed, as a reader that keeps case wrote it: `upper`, `mostly lower`, ..."""
+    upper, lower = sum(char.isupper() for char in text), sum(char.islower() for char in text)
+    if upper + lower == 0:
+        return "no letters"
+    if lower == 0:
+        return "upper"
+    return "mostly lower" if lower > upper else "some lower"
+
+
+def compare_by(
+    keys: Sequence[str], truths: Sequence[str], reads: Sequence[str], others: Sequence[str]
+) -> list[dict[str, Any]]:
+    """CER (as `cer`) of `reads` and of `others` (another reader's text of the same crops) by key.
+
+    Where a reader loses to another: by line length (`length_band`), by how the line is printed
+    (`letter_case` of the other reader's text), ... Keys in sorted order.
     """
-    lengths = [len(normalize(truth, True)) for truth in truths]
     rows = []
-    for index, low in enumerate(bands):
-        high = bands[index + 1] if index + 1 < len(bands) else None
-        chosen = [i for i, n in enumerate(lengths) if n >= low and (high is None or n < high)]
+    for key in sorted(set(keys)):
+        chosen = [i for i, line_key in enumerate(keys) if line_key == key]
         rows.append(
             {
-                "chars": f"{low}-{high - 1}" if high is not None else f"{low}+",
-                "lines": len(chosen),
+                "lines": key,
+                "count": len(chosen),
                 "cer": round(cer([(truths[i], reads[i]) for i in chosen]), 4),
                 "cer_other": round(cer([(truths[i], others[i]) for i in chosen]), 4),
             }
@@ -196,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--against",
         type=Path,
-        help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length",
+        help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length "
+        "and by how the line is printed (its case in that text)",
     )
     args = parser.parse_args(argv)
     import torch
@@ -226,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(line[0] for line in worst)} of {breakdown['edits']} edits on these {len(worst)} lines")
     if args.against:
         others = {read["file"]: read["text"] for read in json.loads(args.against.read_text(encoding="utf-8"))}
-        truths = [c[1] for c in crops]
-        for row in by_length(truths, texts, [others[c[0]] for c in crops]):
-            print(json.dumps(row))
+        truths, other_texts = [c[1] for c in crops], [others[c[0]] for c in crops]
+        for keys in ([length_band(truth) for truth in truths], [letter_case(text) for text in other_texts]):
+            for row in compare_by(keys, truths, texts, other_texts):
+                print(json.dumps(row))
     out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
