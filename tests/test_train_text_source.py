@@ -216,3 +216,15 @@ def test_a_quarter_of_the_lines_with_letters_are_mostly_lower_case_some_as_sente
     assert 0.25 < len(lower) / len(lines) < 0.5
     sentences = [line for line in lower if re.fullmatch(r"[^A-Za-z]*[A-Z][^A-Z]*", line)]
     assert len(sentences) > len(lines) // 20
+
+
+def test_notices_end_their_sentences_in_full_stops_after_ordinary_words() -> None:
+    source = TextSource(16)
+    terms = [source.line_of("terms") for _ in range(400)]
+    thanks = [source.line_of("thanks") for _ in range(400)]
+    stops = re.compile(r"[A-Za-z]{4,}\.(?: |$)")  # after a word, not an abbreviation such as NO.
+    assert sum(bool(stops.search(line)) for line in terms) > len(terms) // 3
+    assert (
+        sum(bool(re.search(r"[A-Za-z]\. [A-Za-z*]", line)) for line in terms) > len(terms) // 10
+    )  # two sentences
+    assert len(terms) // 5 < sum(bool(stops.search(line)) for line in thanks) < len(thanks) // 2

@@ -656,20 +656,31 @@ class TextSource:
         return clipped.strip() or "0"
 
     def terms(self) -> str:
-        """A sentence of a receipt's terms in words drawn at random: read word by word, never recalled."""
-        # About as many short common words as content words, as in the sentences they stand for.
-        words = [
-            self.rng.choice(_TERMS_GLUE if self.rng.random() < 0.45 else _TERMS_WORDS)
-            for _ in range(self.rng.randint(4, 9))
-        ]
-        if self.rng.random() < 0.3:  # a comma inside, as a sentence of two clauses has
-            at = self.rng.randrange(1, len(words))
-            words[at - 1] += ","
-        ending = self.rng.choice(["", "", "", ".", ".", "!", " :", "."])
-        return " ".join(words) + ending
+        """One or two sentences of a receipt's terms in words drawn at random: read, never recalled.
+
+        Each sentence mostly ends in a full stop, as a receipt's notices do (`GOODS SOLD ARE NOT
+        RETURNABLE. THANK YOU.`): elsewhere the text source puts one only after an abbreviation or
+        a state's name, and the kept reader wrote a comma for the full stop after any other word.
+        """
+        sentences = []
+        for _ in range(1 if self.rng.random() < 0.6 else 2):
+            # About as many short common words as content words, as in the sentences they stand for.
+            words = [
+                self.rng.choice(_TERMS_GLUE if self.rng.random() < 0.45 else _TERMS_WORDS)
+                for _ in range(self.rng.randint(2, 6))
+            ]
+            if len(words) > 2 and self.rng.random() < 0.25:  # a comma inside, between two clauses
+                words[self.rng.randrange(len(words) - 1)] += ","
+            sentences.append(" ".join(words) + self.rng.choice([".", ".", ".", ".", "!", "", " :"]))
+        return " ".join(sentences)
 
     def thanks(self) -> str:
-        return self.rng.choice(_THANKS)
+        """A receipt's closing phrase; a third of them end in a full stop, some two phrases so."""
+        phrase = self.rng.choice(_THANKS)
+        r = self.rng.random()
+        if r < 0.15 and phrase[-1].isalpha():
+            return f"{phrase}. {self.rng.choice(_THANKS)}."
+        return f"{phrase}." if r < 0.35 and phrase[-1].isalpha() else phrase
 
     def rule(self) -> str:
         """A receipt's rule: a run of stars, dashes, equals or dots, spaced out or round a title.
