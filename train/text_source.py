@@ -267,7 +267,8 @@ _THANKS = (
 # The words of a receipt's terms and notices (returns, exchanges, tax invoices, loyalty schemes,
 # opening hours), with the common English words between them: its long lines are such sentences,
 # and the kept reader misread their plain words (`FROM THE DATE OF PURCHASE` read `from ithe dete
-# of purchase`) where it read items and prices well.
+# of purchase`) where it read items and prices well. `FACEBOOK` among them: the web lines alone
+# taught it `facebook.com`, and it wrote that for `FACEBOOK :` on clean print.
 # fmt: off
 _TERMS_GLUE = (
     "THE", "OF", "FOR", "TO", "IS", "ARE", "BE", "IN", "ON", "WITH", "WITHIN", "FROM", "BY", "AT", "IF",
@@ -283,7 +284,8 @@ _TERMS_WORDS = (
     "SUBJECT", "WITHOUT", "NOTICE", "VALID", "WARRANTY", "ITEMS", "DISCOUNTED", "ACCEPTED", "REFUND",
     "CHARGED", "RESERVE", "RIGHT", "TERMS", "CONDITIONS", "APPLY", "PRODUCTS", "RETURN", "DAMAGED",
     "DEFECTIVE", "PROOF", "COPY", "STORE", "OUTLET", "MANAGEMENT", "ABSOLUTE", "DISCRETION", "BASED",
-    "BELONG", "CODE", "INDICATED", "SUPPLY", "COMPLIANT", "PERSONAL", "DATA",
+    "BELONG", "CODE", "INDICATED", "SUPPLY", "COMPLIANT", "PERSONAL", "DATA", "FACEBOOK", "INSTAGRAM",
+    "WHATSAPP", "PAGE",
 )
 # fmt: on
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
