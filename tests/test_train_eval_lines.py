@@ -67,6 +67,7 @@ def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_
     assert bands == [("0-4", 1), ("10-19", 1), ("20+", 1), ("5-9", 1)]
     assert rows[0]["cer"] == 0 and rows[0]["cer_other"] == round(1 / 3, 4)
     assert rows[2]["cer"] == round(5 / 25, 4) and rows[2]["cer_other"] == 0
+    assert (rows[2]["edits"], rows[2]["edits_other"]) == (5, 0)
     by_case = compare_by([letter_case(text) for text in others], truths, reads, others)
     assert [(row["lines"], row["count"]) for row in by_case] == [("mostly lower", 2), ("upper", 2)]
     assert by_case[0]["cer"] == round(5 / (14 + 25), 4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from train.eval_lines import letter_case
 from train.text_source import _TERMS_GLUE, _TERMS_WORDS, _THANKS, TextSource, common_chinese, label_of
 
 
@@ -212,7 +213,7 @@ def test_terms_lines_are_sentences_of_common_and_receipt_words_never_the_same_tw
 
 def test_a_quarter_of_the_lines_with_letters_are_mostly_lower_case_some_as_sentences() -> None:
     lines = [line for line in _lines(TextSource(15), 3000) if re.search("[A-Za-z]", line)]
-    lower = [line for line in lines if sum(c.islower() for c in line) > sum(c.isupper() for c in line)]
+    lower = [line for line in lines if letter_case(line) == "mostly lower"]
     assert 0.25 < len(lower) / len(lines) < 0.5
     sentences = [line for line in lower if re.fullmatch(r"[^A-Za-z]*[A-Z][^A-Z]*", line)]
     assert len(sentences) > len(lines) // 20

@@ -94,20 +94,25 @@ def letter_case(text: str) -> str:
 def compare_by(
     keys: Sequence[str], truths: Sequence[str], reads: Sequence[str], others: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """CER (as `cer`) of `reads` and of `others` (another reader's text of the same crops) by key.
+    """CER (as `cer`) and edits of `reads` and of `others` (another reader's text of the same crops) by key.
 
     Where a reader loses to another: by line length (`length_band`), by how the line is printed
-    (`letter_case` of the other reader's text), ... Keys in sorted order.
+    (`letter_case` of the other reader's text), ... Keys in sorted order; `edits` - `edits_other`
+    is what the reader loses there.
     """
     rows = []
     for key in sorted(set(keys)):
         chosen = [i for i, line_key in enumerate(keys) if line_key == key]
+        mine = [(truths[i], reads[i]) for i in chosen]
+        theirs = [(truths[i], others[i]) for i in chosen]
         rows.append(
             {
                 "lines": key,
                 "count": len(chosen),
-                "cer": round(cer([(truths[i], reads[i]) for i in chosen]), 4),
-                "cer_other": round(cer([(truths[i], others[i]) for i in chosen]), 4),
+                "cer": round(cer(mine), 4),
+                "cer_other": round(cer(theirs), 4),
+                "edits": edit_breakdown(mine)["edits"],
+                "edits_other": edit_breakdown(theirs)["edits"],
             }
         )
     return rows
@@ -244,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(line[0] for line in worst)} of {breakdown['edits']} edits on these {len(worst)} lines")
     if args.against:
         others = {read["file"]: read["text"] for read in json.loads(args.against.read_text(encoding="utf-8"))}
+        missing = [c[0] for c in crops if c[0] not in others]
+        if missing:
+            parser.error(f"--against has no read for {len(missing)} crops (the first: {missing[0]})")
         truths, other_texts = [c[1] for c in crops], [others[c[0]] for c in crops]
         for keys in ([length_band(truth) for truth in truths], [letter_case(text) for text in other_texts]):
             for row in compare_by(keys, truths, texts, other_texts):
