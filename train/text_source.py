@@ -266,7 +266,7 @@ _THANKS = (
 )
 # The words of a receipt's terms and notices (returns, exchanges, tax invoices, loyalty schemes,
 # opening hours), with the common English words between them: its long lines are such sentences,
-# and the kept reader misread their plain words (`FROM THE DATE OF PURCHASE` read `from ithe dete
+# and the 3.77% reader misread their plain words (`FROM THE DATE OF PURCHASE` read `from ithe dete
 # of purchase`) where it read items and prices well. `FACEBOOK` among them: the web lines alone
 # taught it `facebook.com`, and it wrote that for `FACEBOOK :` on clean print.
 # fmt: off
@@ -409,7 +409,7 @@ class TextSource:
     def _case(self, text: str) -> str:
         # Receipts print headings, items and totals in capitals, but their terms, addresses and
         # notices often in lower or mixed case: 30% of the receipt lines' ONNX reads are mostly
-        # lower case (41% of their characters), and the kept reader, trained on 12% such lines,
+        # lower case (41% of their characters), and the 3.77% reader, trained on 12% such lines,
         # read them at 4.64% against 3.01% for lines in capitals (train/README.md).
         r = self.rng.random()
         if r < 0.55:
@@ -645,7 +645,7 @@ class TextSource:
     def clipped(self, kind: str | None = None) -> str:
         """A receipt's fixed phrase or line cut at any character, mostly at its end.
 
-        The kept reader finished such lines from the phrases it was trained on (`GOODS SOLD ARE NOT
+        The 3.77% reader finished such lines from the phrases it was trained on (`GOODS SOLD ARE NOT
         RETURNABLE TH` read `... RETURNABLE THANK (KINABALU)`, `PLEASE COME AGAIN !` with `THANK
         ***` after it): a line that stops mid-word teaches it to stop where the ink stops.
         """
@@ -662,7 +662,7 @@ class TextSource:
 
         Each sentence mostly ends in a full stop, as a receipt's notices do (`GOODS SOLD ARE NOT
         RETURNABLE. THANK YOU.`): elsewhere the text source puts one only after an abbreviation or
-        a state's name, and the kept reader wrote a comma for the full stop after any other word.
+        a state's name, and the 3.77% reader wrote a comma for the full stop after any other word.
         """
         sentences = []
         for _ in range(1 if self.rng.random() < 0.6 else 2):
