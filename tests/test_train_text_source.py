@@ -229,3 +229,20 @@ def test_notices_end_their_sentences_in_full_stops_after_ordinary_words() -> Non
         sum(bool(re.search(r"[A-Za-z]\. [A-Za-z*]", line)) for line in terms) > len(terms) // 10
     )  # two sentences
     assert len(terms) // 5 < sum(bool(stops.search(line)) for line in thanks) < len(thanks) // 2
+
+
+def test_abbreviations_and_the_postcode_line_often_go_without_a_full_stop() -> None:
+    """Receipts print `NO 21`, `INCL GST`, `TRADING CO` and `... SELANGOR` bare as often as not."""
+    source = TextSource(17)
+    kinds = {"NO": "address", "INCL": "label", "CO": "company"}
+    for word, kind in kinds.items():
+        lines = [source.line_of(kind).upper() for _ in range(3000)]
+        bare = sum(len(re.findall(rf"\b{word}\b(?![.])", line)) for line in lines)
+        dotted = sum(len(re.findall(rf"\b{word}[.]", line)) for line in lines)
+        assert dotted > 0 and bare > dotted / 3, (word, bare, dotted)
+    postcode = re.compile(r"\d{5} [A-Z ]+, [A-Z .]+[.,]?$")
+    postcodes = [
+        line for line in (source.line_of("address").upper() for _ in range(3000)) if postcode.match(line)
+    ]
+    stopped = sum(line.endswith(".") for line in postcodes)
+    assert len(postcodes) > 300 and 0.1 < stopped / len(postcodes) < 0.5

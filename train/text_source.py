@@ -88,6 +88,7 @@ _LEGAL = (
     "ENTERPRISE",
     "TRADING",
     "CO.",
+    "CO",
     "CORPORATION",
     "BHD",
     "(M) SDN BHD",
@@ -170,6 +171,8 @@ _LABELS = (
     "DISCOUNT",
     "TOTAL INCL. GST",
     "TOTAL EXCL. GST",
+    "TOTAL INCL GST",
+    "TOTAL EXCL GST",
     "NETT TOTAL",
     "AMOUNT",
     "BALANCE",
@@ -220,6 +223,13 @@ _LABEL_WORDS = tuple(
             "10%",
             "NO.",
             "NO",
+            # bare as receipts print them (`TOTAL INCL GST`): with only `INCL.` among the words,
+            # the reader added the stop to every `INCL` it read
+            "INCL",
+            "EXCL",
+            "OF",
+            "WITH",
+            "@",
             "REG",
             "DOC",
             "REF",
@@ -508,6 +518,7 @@ class TextSource:
             [
                 f"NO. {self.rng.randint(1, 199)}",
                 f"NO.{self.rng.randint(1, 99)}",
+                f"NO {self.rng.randint(1, 199)}",
                 f"LOT {self.rng.randint(1, 9999)}",
                 f"{self.rng.randint(1, 99)}-{self.rng.randint(1, 9)}",
                 f"{self.rng.randint(1, 60)}",
@@ -521,7 +532,10 @@ class TextSource:
                 f"{self.rng.choice(_AREA)} {self._word()} {self._word() if self.rng.random() < 0.4 else ''},"
             )
         if r < 0.85:
-            return f"{self._digits(5)} {self.rng.choice(_TOWNS)}, {self.rng.choice(_STATES)}."
+            # Most receipts end the postcode's line bare or with a comma; a full stop after every
+            # state taught the reader to add one (`47500 SUBANG JAYA, SELANGOR` read `... SELANGOR.`).
+            end = self.rng.choice([".", "", "", ","])
+            return f"{self._digits(5)} {self.rng.choice(_TOWNS)}, {self.rng.choice(_STATES)}{end}"
         return (
             f"{number} {self.rng.choice(_STREET)} {self._word()}, {self._digits(5)} {self.rng.choice(_TOWNS)}"
         )
@@ -542,7 +556,7 @@ class TextSource:
         if r < 0.85:
             sku = f"{self.rng.choice(string.ascii_uppercase)}{self._serial(self.rng.randint(3, 7))}"
             return f"{sku} {desc} {total}"
-        return f"{qty} {desc} @{unit}"
+        return f"{qty} {desc} @{self.rng.choice(['', ' '])}{unit}"
 
     def price_line(self) -> str:
         return self.rng.choice(
@@ -605,7 +619,7 @@ class TextSource:
             [
                 f"GST REG NO: {self._serial(12)}",
                 f"GST ID : {self._serial(12)}",
-                f"GST @{self.rng.choice([6, 0, 10, 7])}% {self._money()}",
+                f"GST @{self.rng.choice(['', ' '])}{self.rng.choice([6, 0, 10, 7])}% {self._money()}",
                 f"SST ID: {self.rng.choice('ABCW')}{self._digits(2)}-{self._digits(4)}-{self._digits(8)}",
                 f"CO. REG. NO. {self._digits(6)}-{self.rng.choice('AKPTVW')}",
                 f"({self._digits(6)}-{self.rng.choice('AKPTVW')})",
