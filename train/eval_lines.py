@@ -30,12 +30,17 @@ from train.render import LINE_STRETCH, prepare_line
 MAX_NEW_TOKENS = 160  # a full-width line (1,120 px) holds up to about 110 characters
 
 
+def edit_count(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> int:
+    """Case-insensitive edits over (truth, hypothesis) pairs, whitespace-free unless `spaced`."""
+    norm = normalize_spaced if spaced else normalize
+    return sum(Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in pairs)
+
+
 def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
     """Micro-averaged, case-insensitive CER over (truth, hypothesis) pairs: edits / truth characters."""
     norm = normalize_spaced if spaced else normalize
-    edits = sum(Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in pairs)
     chars = sum(len(norm(t, True)) for t, _ in pairs)
-    return edits / max(chars, 1)
+    return edit_count(pairs, spaced) / max(chars, 1)
 
 
 def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: int = 6) -> dict[str, Any]:
@@ -111,8 +116,8 @@ def compare_by(
                 "count": len(chosen),
                 "cer": round(cer(mine), 4),
                 "cer_other": round(cer(theirs), 4),
-                "edits": edit_breakdown(mine)["edits"],
-                "edits_other": edit_breakdown(theirs)["edits"],
+                "edits": edit_count(mine),
+                "edits_other": edit_count(theirs),
             }
         )
     return rows

@@ -675,8 +675,9 @@ class TextSource:
         """One or two sentences of a receipt's terms in words drawn at random: read, never recalled.
 
         Each sentence mostly ends in a full stop, as a receipt's notices do (`GOODS SOLD ARE NOT
-        RETURNABLE. THANK YOU.`): elsewhere the text source puts one only after an abbreviation or
-        a state's name, and the 3.77% reader wrote a comma for the full stop after any other word.
+        RETURNABLE. THANK YOU.`): the text source the 3.77% reader learnt from put one only after an
+        abbreviation or a state's name, and that reader wrote a comma for the full stop after any
+        other word.
         """
         sentences = []
         for _ in range(1 if self.rng.random() < 0.6 else 2):
