@@ -17,6 +17,7 @@ from train.render import (
     MAX_WIDTH,
     MIN_WIDTH,
     LineRenderer,
+    drawn_as_homoglyphs,
     load_fonts,
     prepare_line,
 )
@@ -63,6 +64,35 @@ def test_renderer_is_deterministic_and_draws_ink(fonts: Path) -> None:
         grey = crop.mean(axis=2)
         # Ink that stands out from the paper: darker (faded thermal included), or lighter on a dark band.
         assert max(np.median(grey) - grey.min(), grey.max() - np.median(grey)) > 20
+
+
+@pytest.mark.parametrize(
+    ("text", "drawn"),
+    [
+        ("12/03/2018 10:25", "12/O3/2O18 1O:25"),
+        ("TOTAL 0.00", "T0TAL O.OO"),
+        ("Mall, Level 4", "Ma11, Leve1 4"),
+        # a code's zero beside a letter, a lone zero, and mixed fields keep their own glyphs
+        ("SH01 POS01", "SH01 POS01"),
+        ("0 X", "0 X"),
+        ("A4 COLOR", "A4 C0L0R"),
+    ],
+)
+def test_a_face_that_shares_glyphs_swaps_only_what_the_neighbours_decide(text: str, drawn: str) -> None:
+    assert drawn_as_homoglyphs(text) == drawn
+
+
+def test_some_lines_are_drawn_with_shared_glyphs_under_the_true_label(
+    fonts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    infos = load_fonts(fonts)
+    monkeypatch.setattr("train.render.HOMOGLYPH_SHARE", 1.0)
+    swapped = LineRenderer(infos, 5).render("DATE 2018")
+    monkeypatch.setattr("train.render.HOMOGLYPH_SHARE", 0.0)
+    as_letters = LineRenderer(infos, 5).render("DATE 2O18")
+    as_digits = LineRenderer(infos, 5).render("DATE 2018")
+    assert np.array_equal(swapped, as_letters)
+    assert not np.array_equal(swapped, as_digits)
 
 
 def test_chinese_lines_use_a_font_that_has_the_characters(fonts: Path) -> None:

@@ -209,6 +209,10 @@ _LABEL_WORDS = tuple(
             "SST",
             "EXCLUDING",
             "INCLUDING",
+            # `(INCLUSIVE OF GST)` was read `(Inclusive of 9.97)` with only `INCLUDING` here
+            "INCLUSIVE",
+            "EXCLUSIVE",
+            "GST(S)",
             "SUPPLIES",
             "SUMMARY",
             "ITEM(S)",
