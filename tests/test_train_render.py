@@ -288,6 +288,20 @@ def test_a_dead_pin_leaves_a_row_without_ink_through_every_letter(fonts: Path) -
     assert (dead > 0.5).any(axis=0).sum() > 0.9 * (ink > 0.5).any(axis=0).sum()
 
 
+def test_a_dead_thermal_dot_leaves_columns_without_ink_down_the_whole_line(fonts: Path) -> None:
+    size = 30
+    ink = _ink_of(fonts, "Bacon Homemade", 0.9, 0.9, 0.9)
+    renderer = LineRenderer(load_fonts(fonts), 3)
+    dead = renderer._dead_dots(ink, size)
+    inked = (ink > 0.5).any(axis=0)
+    blank = inked & ~(dead > 0.5).any(axis=0)
+    assert blank.any()  # some columns that held ink hold none now
+    cut = ~np.isclose(dead, ink).all(axis=0)
+    assert np.array_equal(cut, cut & ~(dead > 0).any(axis=0))  # a cut column is blank top to bottom
+    # Narrow cuts: most of the line's inked columns keep their ink.
+    assert (dead > 0.5).any(axis=0).sum() > 0.6 * inked.sum()
+
+
 def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> None:
     from PIL import Image, ImageDraw
 

@@ -45,6 +45,8 @@ _FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
 TIGHT_CROP_SHARE = 0.15
 # Lines printed by a head with a dead pin: a row without ink through every letter (`_dead_pins`).
 DEAD_PIN_SHARE = 0.04
+# Lines printed by a thermal head with dead dots: columns without ink down the line (`_dead_dots`).
+DEAD_DOT_SHARE = 0.05
 # Lines with a barcode's bars just above or below them (`_barcode`).
 BARCODE_SHARE = 0.03
 # Lines whose strokes spread into their counters, mottled: over-inked ribbons and double strikes (`_bleed`).
@@ -143,6 +145,8 @@ class LineRenderer:
         ink = self._ink_mask(drawn, font, size, spacing, neighbours=rng.random() < 0.5)
         if rng.random() < DEAD_PIN_SHARE:
             ink = self._dead_pins(ink, size)
+        if rng.random() < DEAD_DOT_SHARE:
+            ink = self._dead_dots(ink, size)
         if rng.random() < 0.3:
             ink = self._faint_marks(ink, size, rng.uniform(0.3, 0.7))
         look = rng.random()
@@ -298,6 +302,21 @@ class LineRenderer:
             at_top = self.rng.random() < 0.5
             start = first if at_top else self.rng.randint(first, max(first, last - thickness))
             out[start : start + thickness] = 0.0
+        return out
+
+    def _dead_dots(self, ink: np.ndarray, size: int) -> np.ndarray:
+        # A thermal head is a row of dots across the paper, which feeds past it: a dead dot leaves
+        # a column without ink down every line. Between a letter's stems it cuts only what joins
+        # them, so an `n` prints as `ri` and an `m` as `rn` (`Bacon` read `Bacori`, `Homemade`
+        # `Hornemade`, `missed` `inissed` on one SROIE printer's receipts).
+        columns = np.where((ink > 0.5).any(axis=0))[0]
+        if columns.size < 4:
+            return ink
+        out = ink.copy()
+        for _ in range(self.rng.randint(1, max(1, round(columns.size / size)))):
+            width = max(1, round(size * self.rng.uniform(0.03, 0.08)))
+            start = self.rng.randint(int(columns[0]), max(int(columns[0]), int(columns[-1]) - width))
+            out[:, start : start + width] = 0.0
         return out
 
     def _bleed(self, ink: np.ndarray, size: int) -> np.ndarray:
