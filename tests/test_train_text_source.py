@@ -6,7 +6,15 @@ import re
 from pathlib import Path
 
 from train.eval_lines import letter_case
-from train.text_source import _TERMS_GLUE, _TERMS_WORDS, _THANKS, TextSource, common_chinese, label_of
+from train.text_source import (
+    _TERMS_GLUE,
+    _TERMS_WORDS,
+    _THANKS,
+    TextSource,
+    common_chinese,
+    label_of,
+    title_case,
+)
 
 
 def test_same_seed_gives_the_same_lines_and_another_seed_others() -> None:
@@ -203,7 +211,10 @@ def test_terms_lines_are_sentences_of_common_and_receipt_words_never_the_same_tw
     source = TextSource(14)
     lines = [source.line_of("terms") for _ in range(300)]
     assert len(set(lines)) == len(lines)  # drawn word by word: nothing to recall
-    words = [re.sub(r"[^A-Za-z]", "", word).upper() for line in lines for word in line.split()]
+    # A possessive's `'S` aside (`CUSTOMER'S COPY`).
+    words = [
+        re.sub(r"[^A-Z]", "", re.sub(r"'S\b", "", word.upper())) for line in lines for word in line.split()
+    ]
     words = [word for word in words if word]
     assert all(word in _TERMS_GLUE or word in _TERMS_WORDS for word in words)
     glue = sum(word in _TERMS_GLUE for word in words) / len(words)
@@ -246,3 +257,35 @@ def test_abbreviations_and_the_postcode_line_often_go_without_a_full_stop() -> N
     ]
     stopped = sum(line.endswith(".") for line in postcodes)
     assert len(postcodes) > 300 and 0.1 < stopped / len(postcodes) < 0.5
+
+
+def test_possessives_appear_in_names_items_and_notices_their_s_small_in_title_case() -> None:
+    # The word list has its possessives taken out; receipts print them (`CUSTOMER'S COPY`).
+    lines = _lines(TextSource(17), 6000)
+    possessive = [line for line in lines if re.search(r"[A-Za-z0-9]'[Ss]\b", line)]
+    assert 30 < len(possessive) < 300
+    assert any(re.search(r"\b\d+'S\b", line) for line in possessive)  # a pack's count: `100'S`
+    assert not any(re.search(r"[a-z]'S\b", line) for line in lines)  # never str.title's `Ben'S`
+    assert any(re.search(r"\b[A-Z][a-z]+'s\b", line) for line in lines)
+    assert title_case("BEN'S CAFE (KL) ITEM(S) 3'S") == "Ben's Cafe (Kl) Item(S) 3'S"
+    assert title_case("DON'T D'ROSH 10KG") == "Don't D'Rosh 10Kg"
+
+
+def test_tax_summary_rows_glue_or_space_a_code_a_sign_and_a_rate() -> None:
+    source = TextSource(18)
+    rows = [source.line_of("tax_summary").upper() for _ in range(1000)]
+    assert all("%" in row for row in rows)
+    assert any(re.match(r"Z +=? *0 ?%", row) for row in rows)  # the zero after letters is a digit
+    assert any(re.search(r"GST@\d+%", row) for row in rows)  # glued, as `TOTAL INCL. GST@6%`
+    assert any(re.search(r"\(@ \d+%\)", row) for row in rows)
+    assert any(re.search(r"\d %", row) for row in rows)  # spaced: a detector may box `%` alone
+    assert any(re.search(r"% \d+\.\d\d", row) for row in rows)  # with the summary's amounts
+    fragments = _lines(TextSource(19), 20000)
+    assert any(re.fullmatch(r"\d+%", line) for line in fragments)
+
+
+def test_item_codes_and_numbers_may_carry_a_hash_before_or_after() -> None:
+    lines = _lines(TextSource(20), 6000)
+    assert sum(bool(re.search(r"[A-Z]?\d+#", line)) for line in lines) > 10  # `A002#`, `1526#`
+    assert any(re.search(r"(BILL#|ORD #|REG #)", line.upper()) for line in lines)
+    assert any(re.search(r"#\d\d-\d\d", line) for line in lines)  # a unit number: `#10-02`
