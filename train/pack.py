@@ -74,6 +74,27 @@ FONTS = (
     "3270-Regular.ttf",
     "3270Condensed-Regular.ttf",
     "OCRA.ttf",
+    # Tall condensed faces, as the receipts' items, dates and tax lines are printed in (`5588
+    # EAGLE FRIED DACE` read `SSBB`, `GST` read `6ST`, `18/04/2018` read `2010`): the 24 faces above
+    # had one condensed sans and one condensed mono, and a glyph squeezed to width is not the
+    # glyph such a face draws.
+    "LeagueMono-Condensed.otf",
+    "LeagueMono-CondensedBold.otf",
+    "RobotoCondensed-Regular.ttf",
+    "RobotoCondensed-Bold.ttf",
+    "LiberationSansNarrow-Regular.ttf",
+    "LiberationSansNarrow-Bold.ttf",
+    "OpenSans-CondBold.ttf",
+    "routed-gothic-narrow.ttf",
+    # Other monospace shapes (a `%` like `/` with rings, a `1` without a flag, open and closed 4s),
+    # and a face built on a 16 x 16 dot grid, as a thermal head prints, with the Chinese
+    # characters of its Japanese set.
+    "B612Mono-Regular.otf",
+    "Go-Mono.ttf",
+    "Inconsolata.otf",
+    "mononoki-Regular.ttf",
+    "agave-r-autohinted.ttf",
+    "DotGothic16-Regular.ttf",
     "wqy-microhei.ttc",
 )
 
