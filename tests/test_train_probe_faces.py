@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.rendering import MONO_FONT, link_fonts
-from train.probe_faces import draw_clean, misreads, probe_lines
+from train.probe_faces import DEFAULT_TEXTS, TEXT_SETS, draw_clean, misreads, probe_lines
 from train.render import LINE_HEIGHT, load_fonts
 
 
@@ -45,3 +45,11 @@ def test_each_string_in_each_face_that_covers_it(fonts: Path) -> None:
 def test_a_misread_is_a_difference_beyond_case_and_spaces() -> None:
     lines = [("a", "Z = 0%", "z =  0%"), ("b", "Z = 0%", "Z = O%"), ("c", "0.00", "0.00")]
     assert misreads(lines) == [("b", "Z = 0%", "Z = O%")]
+
+
+def test_the_marks_set_draws_what_the_zeros_set_does_not(fonts: Path) -> None:
+    assert TEXT_SETS["zeros"] == DEFAULT_TEXTS
+    marks = TEXT_SETS["marks"]
+    assert {"'", "@", "#", "%"} <= {char for text in marks for char in text}
+    lines = probe_lines(load_fonts(fonts), marks, 30, 0.2)
+    assert {text for _, text, _ in lines} == set(marks)  # DejaVu covers every one
