@@ -19,8 +19,10 @@ from train.render import (
     LineRenderer,
     drawn_as_homoglyphs,
     load_fonts,
+    made_for_chinese,
     prepare_line,
 )
+from train.text_source import common_chinese
 
 
 @pytest.fixture(scope="module")
@@ -342,3 +344,12 @@ def test_bleeding_ink_fills_the_counters_in_flecks_and_covers_every_stroke(fonts
     assert spread.sum() > 1.5 * strokes.sum()  # the strokes spread into the counters round them
     # Mottled, not solid: the spread ink is lighter in places than the strokes it came from.
     assert bled[strokes].min() < 0.75 < bled[strokes].max()
+
+
+def test_a_face_is_chinese_when_it_has_nearly_all_the_common_characters() -> None:
+    common = frozenset(ord(char) for char in common_chinese())
+    latin = frozenset(range(0x20, 0x7F))
+    assert made_for_chinese(common | latin)
+    some = frozenset(sorted(common)[: int(len(common) * 0.64)])  # a Japanese face's share
+    assert not made_for_chinese(some | latin)
+    assert not made_for_chinese(latin)

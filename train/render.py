@@ -26,6 +26,7 @@ from appliance.engines.vlm_gguf.line_image import (
     MIN_WIDTH,
     prepare_line,
 )
+from train.text_source import common_chinese
 
 __all__ = [
     "LINE_HEIGHT",
@@ -65,7 +66,27 @@ class FontInfo:
     path: Path
     index: int
     chars: frozenset[int]
-    cjk: bool
+    cjk: bool  # made for Chinese (`made_for_chinese`): Latin lines are drawn in it less often
+
+
+# A face is made for Chinese when it has this share of the common characters.
+CHINESE_FACE_COVERAGE = 0.9
+
+
+@functools.lru_cache(maxsize=1)
+def _common_chinese_codes() -> frozenset[int]:
+    return frozenset(ord(char) for char in common_chinese())
+
+
+def made_for_chinese(chars: frozenset[int]) -> bool:
+    """Whether a face with these characters is a Chinese one, not a Latin one with some Chinese.
+
+    A Japanese dot face (DotGothic16) has 64% of the common Chinese characters and Latin glyphs
+    drawn on a thermal head's grid: it draws Latin lines as often as the receipt faces do, where a
+    Chinese face's Latin glyphs are not what receipts print.
+    """
+    common = _common_chinese_codes()
+    return len(chars & common) >= CHINESE_FACE_COVERAGE * len(common)
 
 
 def drawn_as_homoglyphs(text: str) -> str:
@@ -100,7 +121,7 @@ def load_fonts(folder: Path) -> list[FontInfo]:
         faces = TTCollection(str(path)).fonts[:1] if path.suffix.lower() == ".ttc" else [TTFont(str(path))]
         for index, face in enumerate(faces):
             chars = frozenset(face.getBestCmap() or {})
-            fonts.append(FontInfo(path, index, chars, cjk=ord("的") in chars))
+            fonts.append(FontInfo(path, index, chars, cjk=made_for_chinese(chars)))
     if not fonts:
         raise FileNotFoundError(f"no fonts in {folder}")
     return fonts
