@@ -289,3 +289,10 @@ def test_item_codes_and_numbers_may_carry_a_hash_before_or_after() -> None:
     assert sum(bool(re.search(r"[A-Z]?\d+#", line)) for line in lines) > 10  # `A002#`, `1526#`
     assert any(re.search(r"(BILL#|ORD #|REG #)", line.upper()) for line in lines)
     assert any(re.search(r"#\d\d-\d\d", line) for line in lines)  # a unit number: `#10-02`
+
+
+def test_initials_with_full_stops_between_letters_appear_in_names() -> None:
+    # `B.I.G.`, `I.T PRODUCT`, `E.&.O.E.`: read `BILL`, `LT`, `ELSOLE.` by the 2.98% reader.
+    lines = [line.upper() for line in _lines(TextSource(21), 6000)]
+    assert sum(bool(re.search(r"\b[A-Z]\.[A-Z]\.[A-Z]", line)) for line in lines) > 6
+    assert any("E.&.O.E." in line or "E. & O.E." in line for line in lines)

@@ -292,6 +292,8 @@ _THANKS = (
     "THIS IS A COMPUTER GENERATED RECEIPT",
     "WE'LL SEE YOU AGAIN",
     "DON'T FORGET YOUR RECEIPT",
+    "E.&.O.E.",
+    "E. & O.E.",
 )
 # The words of a receipt's terms and notices (returns, exchanges, tax invoices, loyalty schemes,
 # opening hours), with the common English words between them: its long lines are such sentences,
@@ -539,6 +541,9 @@ class TextSource:
         words[0] = self._possessive(words[0], POSSESSIVE_SHARE)
         if self.rng.random() < 0.02:  # a name with an elided article (`D'ROSH`)
             words[-1] = f"{self.rng.choice('DL')}'{words[-1]}"
+        if self.rng.random() < 0.08:  # initials with full stops (`B.I.G.`, `I.T`): dots between letters
+            letters = [self.rng.choice(string.ascii_uppercase) for _ in range(self.rng.randint(2, 4))]
+            words.insert(0, ".".join(letters) + ("." if self.rng.random() < 0.7 else ""))
         name = " ".join(words)
         if self.rng.random() < 0.5:
             name += " " + self.rng.choice(_SHOP_WORDS)
