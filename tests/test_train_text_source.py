@@ -296,3 +296,13 @@ def test_initials_with_full_stops_between_letters_appear_in_names() -> None:
     lines = [line.upper() for line in _lines(TextSource(21), 6000)]
     assert sum(bool(re.search(r"\b[A-Z]\.[A-Z]\.[A-Z]", line)) for line in lines) > 6
     assert any("E.&.O.E." in line or "E. & O.E." in line for line in lines)
+
+
+def test_item_lines_may_start_with_a_short_item_code() -> None:
+    # `5588 EAGLE FRIED DACE` was read `SSBB EAGLE ...`: digits before words, not only EAN-13s.
+    source = TextSource(22)
+    items = [source.line_of("item").upper() for _ in range(2000)]
+    short = [line for line in items if re.match(r"\d{3,6} [A-Z']{2,}", line)]
+    assert 0.05 < len(short) / len(items) < 0.2
+    assert any(re.match(r"0+[1-9]\d* [A-Z]", line) for line in short)  # zero-padded: `0155 TWISTIES`
+    assert any(re.match(r"\d{13} [A-Z]", line) for line in items)

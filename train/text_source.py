@@ -589,8 +589,10 @@ class TextSource:
         if self.rng.random() < 0.08:  # a pack's count (`PAPER 100'S`, `GEL PEN 3'S`)
             desc += f" {self.rng.choice([2, 3, 5, 6, 10, 12, 20, 24, 50, 100])}'S"
         r = self.rng.random()
-        if r < 0.25:
+        if r < 0.15:
             return f"{self._digits(13)} {desc}"
+        if r < 0.25:  # a shop's own short item code (`5588 EAGLE FRIED DACE`, `0155 TWISTIES`)
+            return f"{self._serial(self.rng.randint(3, 6))} {desc}"
         if r < 0.5:
             return f"{qty} X {unit} {total}"
         if r < 0.7:
