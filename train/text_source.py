@@ -383,10 +383,10 @@ class TextSource:
         # be finished from its first words; 2% web or mail addresses; 4% a whole line clipped
         # mid-word at one end, as a detector's box or a fold cuts a printed phrase (`THANK YO`);
         # 3% a shop's terms, their words in any order; 2% the rows of a receipt's tax summary
-        # (`S = 6%`, `Z = 0%`, `GST@6%`), in which the 2.98% reader misread a tenth of the `%`
-        # and `@` signs. Rule lines (stars, dashes or equals) are
-        # off: the one run with them at weight 2 wrote runs of marks a hundred long for two
-        # receipt lines that were none (train/README.md, "Bleeding ink and single-spaced labels").
+        # (`S = 6%`, `Z = 0%`, `GST@6%`), whose `%` signs the 2.98% reader misread one time in ten
+        # and `@` signs one in five. Rule lines (stars, dashes or equals) are off: the one run
+        # with them at weight 2 wrote runs of marks a hundred long for two receipt lines that
+        # were none (train/README.md, "Bleeding ink and single-spaced labels").
         self.kinds: dict[str, tuple[float, Callable[[], str]]] = {
             "company": (7, self.company),
             "address": (8, self.address),
