@@ -47,7 +47,7 @@ def test_a_misread_is_a_difference_beyond_case_and_spaces() -> None:
     assert misreads(lines) == [("b", "Z = 0%", "Z = O%")]
 
 
-def test_the_marks_set_draws_what_the_zeros_set_does_not(fonts: Path) -> None:
+def test_the_marks_set_holds_the_receipts_marks_and_the_default_stays_the_zeros(fonts: Path) -> None:
     assert TEXT_SETS["zeros"] == DEFAULT_TEXTS
     marks = TEXT_SETS["marks"]
     assert {"'", "@", "#", "%"} <= {char for text in marks for char in text}
