@@ -47,7 +47,7 @@ def test_a_misread_is_a_difference_beyond_case_and_spaces() -> None:
     assert misreads(lines) == [("b", "Z = 0%", "Z = O%")]
 
 
-def test_the_marks_set_holds_the_receipts_marks_in_strings_every_face_can_draw(fonts: Path) -> None:
+def test_the_marks_set_holds_the_receipts_marks_in_strings_dejavu_draws(fonts: Path) -> None:
     marks = TEXT_SETS["marks"]
     assert {"'", "@", "#", "%"} <= {char for text in marks for char in text}
     lines = probe_lines(load_fonts(fonts), marks, 30, 0.2)
