@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.eval_lines import cer, compare_by, edit_breakdown, length_band, letter_case
+from train.eval_lines import by_truth_char, cer, compare_by, edit_breakdown, length_band, letter_case
 
 
 def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
@@ -72,3 +72,17 @@ def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_
     assert [(row["lines"], row["count"]) for row in by_case] == [("mostly lower", 2), ("upper", 2)]
     assert by_case[0]["cer"] == round(5 / (14 + 25), 4)
     assert letter_case("0.00") == "no letters" and letter_case("RM Tax") == "some lower"
+
+
+def test_marks_are_counted_where_the_truth_has_them_and_where_the_read_adds_them() -> None:
+    pairs = [
+        ("CUSTOMER'S COPY", "customers copy"),  # the apostrophe dropped
+        ("GST@6%", "GST06%"),  # the at sign read as a zero
+        ("TRI SHAAS", "TRI '3HAAS"),  # an apostrophe where there is none
+        ("Z = 0%", "Z = 0%"),
+    ]
+    counts = by_truth_char(pairs, "'@%0")
+    assert counts["'"] == {"in_truths": 1, "wrong": 1, "lines_added": 1}
+    assert counts["@"] == {"in_truths": 1, "wrong": 1, "lines_added": 0}
+    assert counts["%"] == {"in_truths": 2, "wrong": 0, "lines_added": 0}
+    assert counts["0"] == {"in_truths": 1, "wrong": 0, "lines_added": 1}  # GST06% holds a zero more
