@@ -26,7 +26,7 @@ from bench.text_forms import normalize
 from train.render import LINE_STRETCH, FontInfo, _font, load_fonts, prepare_line
 
 # Receipt strings whose zeros, colons and dots a reader must tell from letters.
-DEFAULT_TEXTS = (
+ZERO_TEXTS = (
     "0.00",
     "0.42",
     "150.00",
@@ -52,7 +52,7 @@ MARK_TEXTS = (
     "18/04/2018 20:27",
     "GST (6%)",
 )
-TEXT_SETS = {"zeros": DEFAULT_TEXTS, "marks": MARK_TEXTS}
+TEXT_SETS = {"zeros": ZERO_TEXTS, "marks": MARK_TEXTS}
 
 
 def draw_clean(text: str, info: FontInfo, size: int, margin: float) -> np.ndarray:
