@@ -306,3 +306,13 @@ def test_item_lines_may_start_with_a_short_item_code() -> None:
     assert 0.05 < len(short) / len(items) < 0.2
     assert any(re.match(r"0+[1-9]\d* [A-Z]", line) for line in short)  # zero-padded: `0155 TWISTIES`
     assert any(re.match(r"\d{13} [A-Z]", line) for line in items)
+
+
+def test_item_descriptions_may_name_a_pack_size_with_zeros_against_its_unit() -> None:
+    # `500ML COKE` was read `50OML`, `600ML` `60OML`: a zero beside a unit's letters.
+    source = TextSource(23)
+    items = [source.line_of("item").upper() for _ in range(3000)]
+    sized = [line for line in items if re.search(r"\b\d+(\.\d+)?(ML|G|GM|KG|L|CM|MM|M|GR|OZ)\b", line)]
+    assert 0.05 < len(sized) / len(items) < 0.3
+    assert sum(bool(re.search(r"\d0(ML|G|KG|CM)\b", line)) for line in sized) > 20
+    assert any(re.search(r"\d+ ?[X*] ?\d+(ML|G|MM|CM|M)\b", line) for line in sized)  # `6X330ML`

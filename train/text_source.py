@@ -27,6 +27,8 @@ ZERO_PADDED_SHARE = 0.35
 # The share of shop names whose first word is a possessive (`BEN'S`, `MCDONALD'S`); item and
 # notice words take one less often (`TextSource._possessive`).
 POSSESSIVE_SHARE = 0.15
+# The share of item descriptions that name the product's size (`COKE 500ML`, `FOIL 30CM*7.62M`).
+PACK_SIZE_SHARE = 0.25
 # A word of letters with a contraction's short tail (`BEN'S`, `DON'T`, `WE'LL`): capitalised whole.
 _TITLE_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]{1,2}\b)?")
 
@@ -515,6 +517,30 @@ class TextSource:
         letters = "".join(self.rng.choice(string.ascii_uppercase) for _ in range(self.rng.randint(1, 3)))
         return letters + self._serial(self.rng.randint(2, 4))
 
+    def _pack_size(self) -> str:
+        # Sizes are mostly round (`500ML`, `250G`, `1000ML`): a zero printed against a unit's
+        # letters, which faces draw like the letter O (`500ML` read `50OML`, `600ML` `60OML`).
+        number = self.rng.choice(
+            [
+                str(self.rng.choice([1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60]) * 10),
+                str(self.rng.choice([1, 2, 3, 5]) * 100 * self.rng.choice([1, 10])),
+                str(self.rng.randint(1, 999)),
+                f"{self.rng.randint(0, 9)}.{self.rng.randint(1, 99)}",
+            ]
+        )
+        size = number + self.rng.choice(["ML", "G", "GM", "KG", "L", "CM", "MM", "M", "S", "GR", "OZ"])
+        r = self.rng.random()
+        if r < 0.15:  # a multipack: `6X330ML`, `12 X 30G`
+            return f"{self.rng.choice([2, 3, 4, 6, 10, 12, 24])}{self.rng.choice(['X', ' X ', '*'])}{size}"
+        if r < 0.3:  # several measures: `57MMX60MMX12MM`, `30CM*7.62M`
+            unit = self.rng.choice(["MM", "CM", "M"])
+            parts = [
+                f"{self.rng.choice([1, 2, 3, 5, 6]) * 10 + self.rng.choice([0, 0, 2, 5, 7])}{unit}"
+                for _ in range(self.rng.randint(2, 3))
+            ]
+            return self.rng.choice(["X", "*", " X "]).join(parts)
+        return size
+
     def _amount(self) -> str:
         value = self.rng.choice(
             [self.rng.uniform(0, 20), self.rng.uniform(0, 300), self.rng.uniform(0, 20000)]
@@ -588,6 +614,9 @@ class TextSource:
         desc = " ".join(self._possessive(self._word(), 0.04) for _ in range(self.rng.randint(1, 3)))
         if self.rng.random() < 0.08:  # a pack's count (`PAPER 100'S`, `GEL PEN 3'S`)
             desc += f" {self.rng.choice([2, 3, 5, 6, 10, 12, 20, 24, 50, 100])}'S"
+        if self.rng.random() < PACK_SIZE_SHARE:  # before the name (`500ML COKE`) or after it
+            size = self._pack_size()
+            desc = f"{size} {desc}" if self.rng.random() < 0.3 else f"{desc} {size}"
         r = self.rng.random()
         if r < 0.15:
             return f"{self._digits(13)} {desc}"
