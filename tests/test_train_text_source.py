@@ -316,3 +316,11 @@ def test_item_descriptions_may_name_a_pack_size_with_zeros_against_its_unit() ->
     assert 0.05 < len(sized) / len(items) < 0.3
     assert sum(bool(re.search(r"\d0(ML|G|KG|CM)\b", line)) for line in sized) > 20
     assert any(re.search(r"\d+ ?[X*] ?\d+(ML|G|MM|CM|M)\b", line) for line in sized)  # `6X330ML`
+
+
+def test_dates_include_opening_hours_in_twenty_four_hour_figures() -> None:
+    # `SUN-THU:1000 HRS - 2200 HRS` was read `1OOO HRS - 22OO HRS`.
+    source = TextSource(24)
+    dates = [source.line_of("date").upper() for _ in range(3000)]
+    assert any(re.search(r"\b[01]\d00 HRS ?(-|TO) ?[12]\d00 HRS\b", line) for line in dates)
+    assert sum(bool(re.search(r"\d(\.00)?(AM|PM) ?(-|TO) ?\d", line)) for line in dates) > 10

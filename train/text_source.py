@@ -667,8 +667,28 @@ class TextSource:
                 t,
                 f"{date} {t} {self.rng.choice(['CASHIER', 'POS', 'TERMINAL'])}: {self._serial(3)}",
                 f"{date} {t} {self._short_code()} {self._short_code()}",
+                self._opening_hours(),
             ]
         )
+
+    def _opening_hours(self) -> str:
+        # Shops print their hours under the address, often as 24-hour clock figures full of zeros
+        # (`SUN-THU:1000 HRS - 2200 HRS`, `OPEN DAILY 10.00AM - 10.00PM`).
+        days = self.rng.choice(["MON-FRI", "MON-SAT", "SUN-THU", "FRI-SAT", "DAILY", "EVERYDAY", "SUN & PH"])
+        start, end = self.rng.randint(6, 11), self.rng.randint(17, 23)
+        times = self.rng.choice(
+            [
+                (f"{start:02d}00 HRS", f"{end:02d}00 HRS"),
+                (f"{start}.00AM", f"{end - 12}.00PM"),
+                (f"{start}AM", f"{end - 12}PM"),
+                (f"{start:02d}:00", f"{end:02d}:{self.rng.choice(['00', '30'])}"),
+            ]
+        )
+        head = self.rng.choice(
+            [f"{days}:", f"{days} :", f"OPEN {days}", "BUSINESS HOURS:", "OPENING HOURS :"]
+        )
+        gap = self.rng.choice(["", " "]) if head.endswith(":") else " "
+        return f"{head}{gap}{times[0]}{self.rng.choice([' - ', '-', ' TO '])}{times[1]}"
 
     def invoice(self) -> str:
         label = self.rng.choice(
