@@ -324,3 +324,12 @@ def test_dates_include_opening_hours_in_twenty_four_hour_figures() -> None:
     dates = [source.line_of("date").upper() for _ in range(3000)]
     assert any(re.search(r"\b[01]\d00 HRS ?(-|TO) ?[12]\d00 HRS\b", line) for line in dates)
     assert sum(bool(re.search(r"\d(\.00)?(AM|PM) ?(-|TO) ?\d", line)) for line in dates) > 10
+
+
+def test_terms_may_be_numbered_as_a_list() -> None:
+    # `1. ALL SALES ARE FINAL.` was read `1, All sales are final.`.
+    source = TextSource(25)
+    terms = [source.line_of("terms") for _ in range(1000)]
+    numbered = [line for line in terms if re.match(r"\(?\d[.)] +[A-Za-z]", line)]
+    assert 0.1 < len(numbered) / len(terms) < 0.4
+    assert any(re.match(r"\d\. ", line) for line in numbered)

@@ -27,6 +27,8 @@ ZERO_PADDED_SHARE = 0.35
 # The share of shop names whose first word is a possessive (`BEN'S`, `MCDONALD'S`); item and
 # notice words take one less often (`TextSource._possessive`).
 POSSESSIVE_SHARE = 0.15
+# The share of terms lines that start with a list's number or mark (`1. ALL SALES ARE FINAL.`).
+NUMBERED_TERMS_SHARE = 0.3
 # The share of item descriptions that name the product's size (`COKE 500ML`, `FOIL 30CM*7.62M`).
 PACK_SIZE_SHARE = 0.25
 # A word of letters with a contraction's short tail (`BEN'S`, `DON'T`, `WE'LL`): capitalised whole.
@@ -792,6 +794,12 @@ class TextSource:
             if len(words) > 2 and self.rng.random() < 0.25:  # a comma inside, between two clauses
                 words[self.rng.randrange(len(words) - 1)] += ","
             sentences.append(" ".join(words) + self.rng.choice([".", ".", ".", ".", "!", "", " :"]))
+        # Shops number their terms (`1. ALL SALES ARE FINAL.`, `2) NO REFUND`); a reader that saw
+        # a digit before words only in addresses and items wrote `1, All sales are final.`.
+        if self.rng.random() < NUMBERED_TERMS_SHARE:
+            number = self.rng.randint(1, 9)
+            marker = self.rng.choice([f"{number}.", f"{number}.", f"{number})", f"({number})", "*", "-"])
+            sentences[0] = f"{marker}{self.rng.choice([' ', ' ', '  '])}{sentences[0]}"
         return " ".join(sentences)
 
     def tax_summary(self) -> str:
