@@ -92,3 +92,22 @@ def test_poll_and_finish_on_a_box_without_a_run_fail_at_once(tmp_path: Path) -> 
     for verb in (["poll", "100000"], ["finish"]):  # either would outlast _box's timeout if it waited
         answered = _box(checkout, env, *verb)
         assert answered.returncode == 4 and "no run on this box" in answered.stderr
+
+
+def test_start_begins_a_new_run_not_the_last_runs_checkpoint(tmp_path: Path) -> None:
+    # train_vlm resumes from a checkpoint in its --out before it looks at --init-from.
+    checkout = _checkout(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dir = tmp_path / "vlmrun"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint" / "state.pt").write_text("the last run's state")
+    (run_dir / "hf").mkdir()
+    (run_dir / "hf" / "config.json").write_text("{}")
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(out), "RUN_DIR": str(run_dir)}
+    assert _box(checkout, env, "stash").returncode == 0
+    started = _box(checkout, env, "start", "--init-from", str(run_dir / "hf"))
+    assert started.returncode == 0, started.stderr
+    assert _box(checkout, env, "finish").returncode == 0
+    assert not (run_dir / "checkpoint").exists()
+    assert (run_dir / "hf" / "config.json").exists()  # the last export, which --init-from names

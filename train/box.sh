@@ -7,7 +7,7 @@
 #   bash train/box.sh poll [SECONDS]          # wait, then show the run's last lines
 #   bash train/box.sh finish                  # wait for the end, copy the export's parts and logs to $OUT
 #
-# start passes MINUTES, WORKERS and EVAL on to run.sh; train/weights' export is unpacked to
+# start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
 # $BOX/init/hf_bf16 for `--init-from`. The box keeps $BOX only while it is held: on a box given back
 # and started afresh, poll and finish exit at once with code 4.
 set -euo pipefail
@@ -31,6 +31,10 @@ start)
     test -x "$BOX/repo/.train-carry/run.sh" || { echo "stash .train-carry/ first" >&2; exit 2; }
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
+    # A run started here is a new one: train_vlm resumes from a checkpoint in its --out (run.sh's
+    # RUN_DIR) before it looks at --init-from, so a second start on the same box would go on with
+    # the last run's schedule. Its export (hf/) stays, for --init-from or a bench.
+    rm -rf "${RUN_DIR:-/tmp/vlmrun}/checkpoint"
     tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
     args=$(printf '%q ' "$@")  # quoted again for the inner shell
     : > "$BOX/run.log"  # here, not in the background: it marks the run started for poll and finish
