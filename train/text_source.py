@@ -325,6 +325,9 @@ _TERMS_WORDS = (
 # fmt: on
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _UNITS = ("PCS", "PC", "KG", "G", "ML", "L", "BOX", "PKT", "BTL", "CTN", "SET", "ROLL", "UNIT", "EA")
+# A product's size in its name (`500ML`, `100S` sheets), not the unit it is sold by (`_UNITS`).
+_SIZE_UNITS = ("ML", "G", "GM", "KG", "L", "CM", "MM", "M", "S", "GR", "OZ")
+_OPEN_DAYS = ("MON-FRI", "MON-SAT", "SUN-THU", "FRI-SAT", "DAILY", "EVERYDAY", "SUN & PH")
 _CURRENCIES = ("RM", "RM ", "$", "$ ", "MYR ", "SGD ", "USD ", "EUR ", "¥", "￥")
 _ZH_LABELS = (
     "合计",
@@ -530,7 +533,7 @@ class TextSource:
                 f"{self.rng.randint(0, 9)}.{self.rng.randint(1, 99)}",
             ]
         )
-        size = number + self.rng.choice(["ML", "G", "GM", "KG", "L", "CM", "MM", "M", "S", "GR", "OZ"])
+        size = number + self.rng.choice(_SIZE_UNITS)
         r = self.rng.random()
         if r < 0.15:  # a multipack: `6X330ML`, `12 X 30G`
             return f"{self.rng.choice([2, 3, 4, 6, 10, 12, 24])}{self.rng.choice(['X', ' X ', '*'])}{size}"
@@ -676,7 +679,7 @@ class TextSource:
     def _opening_hours(self) -> str:
         # Shops print their hours under the address, often as 24-hour clock figures full of zeros
         # (`SUN-THU:1000 HRS - 2200 HRS`, `OPEN DAILY 10.00AM - 10.00PM`).
-        days = self.rng.choice(["MON-FRI", "MON-SAT", "SUN-THU", "FRI-SAT", "DAILY", "EVERYDAY", "SUN & PH"])
+        days = self.rng.choice(_OPEN_DAYS)
         start, end = self.rng.randint(6, 11), self.rng.randint(17, 23)
         times = self.rng.choice(
             [
