@@ -16,6 +16,7 @@ from train.render import (
     LINE_STRETCH,
     MAX_WIDTH,
     MIN_WIDTH,
+    FontInfo,
     LineRenderer,
     drawn_as_homoglyphs,
     load_fonts,
@@ -220,7 +221,7 @@ def _ink_of(fonts: Path, text: str, *draws: float) -> np.ndarray:
     mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
     renderer = LineRenderer([mono], 1)
     renderer.rng = _Scripted(*draws)  # type: ignore[assignment]
-    return renderer._ink_mask(text, _font(mono.path, mono.index, 30), 30, 0.0, neighbours=False)
+    return renderer._ink_mask(text, _font(mono.path, mono.index, 30), 30, 0.0, None)
 
 
 def test_an_underline_runs_under_the_whole_text(fonts: Path) -> None:
@@ -353,3 +354,27 @@ def test_a_face_is_chinese_when_it_has_nearly_all_the_common_characters() -> Non
     some = frozenset(sorted(common)[: int(len(common) * 0.64)])  # a Japanese face's share
     assert not made_for_chinese(some | latin)
     assert not made_for_chinese(latin)
+
+
+@pytest.mark.parametrize(
+    ("text", "small"),
+    [("is not made within the prescribed", True), ("Keep The Invoice", True), ("TOTAL SALES (RM)", False)],
+)
+def test_the_lines_round_a_line_are_mostly_in_its_case(fonts: Path, text: str, small: bool) -> None:
+    # A paragraph of terms in small letters has small letters above and below, whose descenders
+    # reach into the crop; a heading in capitals has capitals round it.
+    mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
+    renderer = LineRenderer([mono], 5)
+    fillers = [renderer.neighbour_text(text, mono) for _ in range(200)]
+    letters = [char for filler in fillers for char in filler if char.isalpha()]
+    share_small = sum(char.islower() for char in letters) / len(letters)
+    assert (share_small > 0.7) if small else (share_small < 0.3)
+    assert all(len(filler) == len(text) + 8 for filler in fillers)
+
+
+def test_neighbours_are_drawn_only_in_characters_the_face_has(fonts: Path) -> None:
+    mono = next(info for info in load_fonts(fonts) if info.path.name == "DejaVuSansMono.ttf")
+    capitals_only = FontInfo(mono.path, mono.index, frozenset(ord(c) for c in "ABCDEFGH0123"), cjk=False)
+    renderer = LineRenderer([capitals_only], 5)
+    fillers = "".join(renderer.neighbour_text("small letters here", capitals_only) for _ in range(50))
+    assert set(fillers) <= set("ABCDEFGH0123 ")
