@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
-from tests.rendering import MONO_FONT, link_fonts
+from tests.rendering import LATIN_FONT, MONO_FONT, link_fonts
 from train.line_shapes import line_shape
 from train.render import (
     LINE_HEIGHT,
     LINE_STRETCH,
+    MARKED_ZERO_SHARE,
     MAX_WIDTH,
     MIN_WIDTH,
     FontInfo,
@@ -22,6 +23,7 @@ from train.render import (
     load_fonts,
     made_for_chinese,
     prepare_line,
+    zero_is_marked,
 )
 from train.text_source import common_chinese
 
@@ -88,7 +90,8 @@ def test_a_face_that_shares_glyphs_swaps_only_what_the_neighbours_decide(text: s
 def test_some_lines_are_drawn_with_shared_glyphs_under_the_true_label(
     fonts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infos = load_fonts(fonts)
+    # One face: which faces a line may be drawn in depends on whether it holds a zero.
+    infos = [info for info in load_fonts(fonts) if info.path.name == "DejaVuSans.ttf"]
     monkeypatch.setattr("train.render.HOMOGLYPH_SHARE", 1.0)
     swapped = LineRenderer(infos, 5).render("DATE 2018")
     monkeypatch.setattr("train.render.HOMOGLYPH_SHARE", 0.0)
@@ -378,3 +381,20 @@ def test_neighbours_are_drawn_only_in_characters_the_face_has(fonts: Path) -> No
     renderer = LineRenderer([capitals_only], 5)
     fillers = "".join(renderer.neighbour_text("small letters here", capitals_only) for _ in range(50))
     assert set(fillers) <= set("ABCDEFGH0123 ")
+
+
+def test_a_face_whose_zero_has_a_dot_or_slash_is_told_from_one_with_a_plain_zero(fonts: Path) -> None:
+    faces = {info.path.name: info for info in load_fonts(fonts)}
+    assert zero_is_marked(MONO_FONT)  # DejaVu Sans Mono's dotted zero
+    assert faces["DejaVuSansMono.ttf"].marked_zero
+    assert not zero_is_marked(LATIN_FONT)  # DejaVu Sans's plain zero
+    assert not faces["DejaVuSans.ttf"].marked_zero
+
+
+def test_lines_with_a_zero_are_seldom_drawn_in_a_face_whose_zero_is_marked(fonts: Path) -> None:
+    latin = [info for info in load_fonts(fonts) if not info.cjk]  # one marked zero, one plain
+    renderer = LineRenderer(latin, 9)
+    with_zero = [renderer.pick_font("RM 0.80").marked_zero for _ in range(2000)]
+    without = [renderer.pick_font("RM 8.88").marked_zero for _ in range(2000)]
+    assert sum(with_zero) / len(with_zero) == pytest.approx(MARKED_ZERO_SHARE, abs=0.03)
+    assert sum(without) / len(without) == pytest.approx(0.5, abs=0.05)  # any face, as before

@@ -63,6 +63,12 @@ HOMOGLYPH_SHARE = 0.06
 # lines of such a paragraph were among the worst read (`is not made within the prescribed` read
 # `19 rigt made within the presoribed`, `tax invoice must be made` read `i9X 1DVO1Ce must be made`).
 NEIGHBOUR_CASE_SHARE = 0.85
+# Of the Latin lines that hold a zero, the share drawn in a face whose zero is marked (a dot or a
+# slash inside: 14 of the 37 Latin faces, most of the monospaced ones). Receipts mostly print a
+# plain zero, and blurred at the reader's 28 px a marked zero looks like an eight: with every face
+# drawn alike, 38 of the 542 eights of the receipt crops were misread (19 of them as a zero) against
+# 37 of 2,545 zeros (`train.eval_lines`: `by_truth_char`, `common`).
+MARKED_ZERO_SHARE = 0.12
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -75,6 +81,7 @@ class FontInfo:
     index: int
     chars: frozenset[int]
     cjk: bool  # made for Chinese (`made_for_chinese`): Latin lines are drawn in it less often
+    marked_zero: bool = False  # its zero has a dot or a slash inside (`zero_is_marked`)
 
 
 # A face is made for Chinese when it has this share of the common characters.
@@ -95,6 +102,20 @@ def made_for_chinese(chars: frozenset[int]) -> bool:
     """
     common = _common_chinese_codes()
     return len(chars & common) >= CHINESE_FACE_COVERAGE * len(common)
+
+
+def zero_is_marked(path: Path, index: int = 0) -> bool:
+    """Whether the face draws its zero with a dot or a slash inside: ink between the walls mid-height."""
+    font = ImageFont.truetype(str(path), 64, index=index)
+    canvas = Image.new("L", (128, 128), 0)
+    ImageDraw.Draw(canvas).text((32, 16), "0", font=font, fill=255)
+    rows = np.flatnonzero((np.asarray(canvas) > 127).any(axis=1))
+    if rows.size == 0:
+        return False
+    middle = np.asarray(canvas)[(rows[0] + rows[-1]) // 2] > 127
+    # Runs of ink along the middle row: a plain zero's two walls, or a mark between them as well.
+    starts = np.count_nonzero(np.diff(np.concatenate(([0], middle.astype(np.int8), [0]))) == 1)
+    return bool(starts >= 3)
 
 
 def drawn_as_homoglyphs(text: str) -> str:
@@ -129,7 +150,8 @@ def load_fonts(folder: Path) -> list[FontInfo]:
         faces = TTCollection(str(path)).fonts[:1] if path.suffix.lower() == ".ttc" else [TTFont(str(path))]
         for index, face in enumerate(faces):
             chars = frozenset(face.getBestCmap() or {})
-            fonts.append(FontInfo(path, index, chars, cjk=made_for_chinese(chars)))
+            marked = ord("0") in chars and zero_is_marked(path, index)
+            fonts.append(FontInfo(path, index, chars, cjk=made_for_chinese(chars), marked_zero=marked))
     if not fonts:
         raise FileNotFoundError(f"no fonts in {folder}")
     return fonts
@@ -161,8 +183,18 @@ class LineRenderer:
         # Latin lines prefer the non-CJK (receipt) fonts; the CJK font still draws some of them.
         latin = [f for f in usable if not f.cjk]
         if latin and self.rng.random() < 0.85:
-            return self.rng.choice(latin)
-        return self.rng.choice(usable)
+            return self.rng.choice(self._by_zero(text, latin))
+        return self.rng.choice(self._by_zero(text, usable))
+
+    def _by_zero(self, text: str, faces: list[FontInfo]) -> list[FontInfo]:
+        """The faces to draw `text` in: for a line with a zero, those with a marked zero only sometimes."""
+        if "0" not in text:
+            return faces
+        marked = [face for face in faces if face.marked_zero]
+        plain = [face for face in faces if not face.marked_zero]
+        if not marked or not plain:
+            return faces
+        return marked if self.rng.random() < MARKED_ZERO_SHARE else plain
 
     def render(self, text: str) -> np.ndarray:
         rng = self.rng
