@@ -64,8 +64,8 @@ HOMOGLYPH_SHARE = 0.06
 # `19 rigt made within the presoribed`, `tax invoice must be made` read `i9X 1DVO1Ce must be made`).
 NEIGHBOUR_CASE_SHARE = 0.85
 # Of the Latin lines that hold a zero, the share drawn in a face whose zero is marked (a dot or a
-# slash inside: 14 of the 37 Latin faces, most of the monospaced ones). Receipts mostly print a
-# plain zero, and blurred at the reader's 28 px a marked zero looks like an eight: with every face
+# slash inside: 14 of the 37 Latin faces, most of the monospaced ones). The receipt crops' zeros
+# are mostly plain, and blurred at the reader's 28 px a marked zero looks like an eight: with every face
 # drawn alike, 38 of the 542 eights of the receipt crops were misread (19 of them as a zero) against
 # 37 of 2,545 zeros (`train.eval_lines`: `by_truth_char`, `common`).
 MARKED_ZERO_SHARE = 0.12
