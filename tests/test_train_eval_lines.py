@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from train.eval_lines import by_truth_char, cer, compare_by, edit_breakdown, length_band, letter_case
+from train.eval_lines import by_truth_char, cer, compare_by, edit_breakdown, length_band
+from train.text_source import letter_case
 
 
 def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:

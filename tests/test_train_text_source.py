@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from train.eval_lines import letter_case
 from train.text_source import (
     _TERMS_GLUE,
     _TERMS_WORDS,
@@ -13,6 +12,7 @@ from train.text_source import (
     TextSource,
     common_chinese,
     label_of,
+    letter_case,
     title_case,
 )
 

@@ -26,6 +26,7 @@ from appliance.engines.vlm_gguf.line_image import trained_stretch
 from bench.text_forms import normalize, normalize_spaced
 from train.make_crops import read_crops
 from train.render import LINE_STRETCH, prepare_line
+from train.text_source import letter_case
 
 MAX_NEW_TOKENS = 160  # a full-width line (1,120 px) holds up to about 110 characters
 
@@ -108,16 +109,6 @@ def length_band(truth: str, bands: Sequence[int] = LENGTH_BANDS) -> str:
     low = max(band for band in bands if band <= length)
     higher = [band for band in bands if band > low]
     return f"{low}-{higher[0] - 1}" if higher else f"{low}+"
-
-
-def letter_case(text: str) -> str:
-    """How a line is printed, as a reader that keeps case wrote it: `upper`, `mostly lower`, ..."""
-    upper, lower = sum(char.isupper() for char in text), sum(char.islower() for char in text)
-    if upper + lower == 0:
-        return "no letters"
-    if lower == 0:
-        return "upper"
-    return "mostly lower" if lower > upper else "some lower"
 
 
 def compare_by(

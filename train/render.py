@@ -26,7 +26,7 @@ from appliance.engines.vlm_gguf.line_image import (
     MIN_WIDTH,
     prepare_line,
 )
-from train.text_source import common_chinese
+from train.text_source import common_chinese, letter_case
 
 __all__ = [
     "LINE_HEIGHT",
@@ -109,10 +109,11 @@ def zero_is_marked(path: Path, index: int = 0) -> bool:
     font = ImageFont.truetype(str(path), 64, index=index)
     canvas = Image.new("L", (128, 128), 0)
     ImageDraw.Draw(canvas).text((32, 16), "0", font=font, fill=255)
-    rows = np.flatnonzero((np.asarray(canvas) > 127).any(axis=1))
+    ink = np.asarray(canvas) > 127
+    rows = np.flatnonzero(ink.any(axis=1))
     if rows.size == 0:
         return False
-    middle = np.asarray(canvas)[(rows[0] + rows[-1]) // 2] > 127
+    middle = ink[(rows[0] + rows[-1]) // 2]
     # Runs of ink along the middle row: a plain zero's two walls, or a mark between them as well.
     starts = np.count_nonzero(np.diff(np.concatenate(([0], middle.astype(np.int8), [0]))) == 1)
     return bool(starts >= 3)
@@ -246,8 +247,7 @@ class LineRenderer:
 
     def neighbour_text(self, text: str, info: FontInfo) -> str:
         """Filler for the lines above and below `text`: in its case mostly, in characters the face has."""
-        cased = [char for char in text if char.isascii() and char.isalpha()]
-        small = sum(char.islower() for char in cased) * 2 > len(cased)
+        small = letter_case(text) == "mostly lower"
         if self.rng.random() >= NEIGHBOUR_CASE_SHARE:
             small = not small
         alphabet = [

@@ -45,6 +45,16 @@ def label_of(text: str) -> str:
     return normalize_spaced(text, case_insensitive=False)
 
 
+def letter_case(text: str) -> str:
+    """How a line is printed, as a reader that keeps case wrote it: `upper`, `mostly lower`, ..."""
+    upper, lower = sum(char.isupper() for char in text), sum(char.islower() for char in text)
+    if upper + lower == 0:
+        return "no letters"
+    if lower == 0:
+        return "upper"
+    return "mostly lower" if lower > upper else "some lower"
+
+
 def title_case(text: str) -> str:
     """Each word's first letter a capital, the rest small: `Ben's`, not str.title's `Ben'S`."""
     return _TITLE_WORD.sub(lambda word: word.group(0).capitalize(), text)
