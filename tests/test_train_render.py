@@ -308,6 +308,23 @@ def test_a_dead_thermal_dot_leaves_columns_without_ink_down_the_whole_line(fonts
     assert (dead > 0.5).any(axis=0).sum() > 0.6 * inked.sum()
 
 
+def test_crumpled_paper_bends_the_line_up_and_down_smoothly_and_keeps_its_ink(fonts: Path) -> None:
+    size = 30
+    bar = np.zeros((size * 3, 900), np.float32)
+    bar[40:44, 30:870] = 1.0  # a rule across the canvas, four rows thick
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    # `uniform` gives the middle: a wave of 0.08 x size, a period of 10 x size, no drift.
+    renderer.rng = _Scripted()  # type: ignore[assignment]
+    bent = renderer._crumple(bar, size)
+    columns = bent[:, 60:840]
+    rows = np.arange(bent.shape[0], dtype=np.float32)[:, None]
+    centres = (rows * columns).sum(axis=0) / columns.sum(axis=0)
+    # Up and down by the wave's height either way, where the flat rule's centre never moved.
+    assert 0.14 * size < np.ptp(centres) <= 0.17 * size
+    assert np.abs(np.diff(centres)).max() < 0.2  # smoothly: a bend, not a step
+    assert np.allclose(columns.sum(axis=0), 4.0, atol=0.05)  # each column keeps its ink
+
+
 def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> None:
     from PIL import Image, ImageDraw
 

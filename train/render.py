@@ -69,6 +69,12 @@ NEIGHBOUR_CASE_SHARE = 0.85
 # drawn alike, 38 of the 542 eights of the receipt crops were misread (19 of them as a zero) against
 # 37 of 2,545 zeros (`train.eval_lines`: `by_truth_char`, `common`).
 MARKED_ZERO_SHARE = 0.12
+# Lines on crumpled or curled paper, photographed rather than scanned: the baseline rises and falls
+# along the line (`_crumple`). Rotation alone stays under a degree on long lines, so the reader
+# had never seen one bent, and receipt lines photographed so were among its worst reads where
+# the ONNX reader read them right (`Total Sales (Excluding GST) :` read `Yatal Sales (Excluding
+# 99.11 :`, `Total Sales (Inclusive of GST) :` read `gatal sates (notuston ot 9,)`).
+CRUMPLE_SHARE = 0.1
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -220,6 +226,8 @@ class LineRenderer:
             ink = cv2.dilate(ink, kernel) if rng.random() < 0.6 else cv2.erode(ink, kernel)
         if rng.random() < BLEED_SHARE:
             ink = self._bleed(ink, size)
+        if rng.random() < CRUMPLE_SHARE:
+            ink = self._crumple(ink, size)
         paper = rng.uniform(170, 255)
         ink_level = rng.uniform(0, 90)
         if look > 0.8:  # faded thermal paper: low contrast, light streaks along the feed direction
@@ -404,6 +412,22 @@ class LineRenderer:
         flecks = (blurred - blurred.min()) / max(float(np.ptp(blurred)), 1e-6)
         mottled: np.ndarray = spread * (1.0 - self.rng.uniform(0.3, 0.7) * flecks)
         return mottled
+
+    def _crumple(self, ink: np.ndarray, size: int) -> np.ndarray:
+        # Paper bent along the line moves each column of print up or down by a smooth wave (one
+        # or two bends across a long line) and a slow drift: the line and its neighbours alike,
+        # as the paper carries both. Up to a seventh of the size either way, so the line stays in its band.
+        height, width = ink.shape
+        amplitude = size * self.rng.uniform(0.04, 0.12)
+        period = size * self.rng.uniform(4.0, 16.0)
+        phase = self.rng.uniform(0.0, 2.0 * np.pi)
+        drift = size * self.rng.uniform(-0.05, 0.05) / max(width, 1)
+        columns = np.arange(width, dtype=np.float32)
+        shift = amplitude * np.sin(2.0 * np.pi * columns / period + phase) + drift * (columns - width / 2)
+        map_x = np.broadcast_to(columns, (height, width)).astype(np.float32)
+        map_y = (np.arange(height, dtype=np.float32)[:, None] + shift[None, :]).astype(np.float32)
+        bent: np.ndarray = cv2.remap(ink, map_x, map_y, cv2.INTER_LINEAR, borderValue=0.0)
+        return bent
 
     def _dot_matrix(self, ink: np.ndarray, size: int) -> np.ndarray:
         # Dot-matrix/thermal heads print a grid of round dots: keep the ink only where a dot sits.
