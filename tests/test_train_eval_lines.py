@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.eval_lines import by_truth_char, cer, compare_by, edit_breakdown, length_band
+from train.eval_lines import by_truth_char, cer, char_width_band, compare_by, edit_breakdown, length_band
 from train.text_source import letter_case
 
 
@@ -53,10 +53,11 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 300, 3), np.uint8))
     (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    ((_, _, plain),) = load_crops(crops, stretch=1.0)
-    ((_, _, wide),) = load_crops(crops, stretch=trained_stretch(tmp_path))
+    ((_, _, plain, plain_width),) = load_crops(crops, stretch=1.0)
+    ((_, _, wide, wide_width),) = load_crops(crops, stretch=trained_stretch(tmp_path))
     assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
+    assert (plain_width, wide_width) == (420, 630)  # the line's own width, not the white padding's
 
 
 def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_the_print() -> None:
@@ -73,6 +74,14 @@ def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_
     assert [(row["lines"], row["count"]) for row in by_case] == [("mostly lower", 2), ("upper", 2)]
     assert by_case[0]["cer"] == round(5 / (14 + 25), 4)
     assert letter_case("0.00") == "no letters" and letter_case("RM Tax") == "some lower"
+
+
+def test_narrow_print_is_told_by_the_pixels_each_printed_character_gets() -> None:
+    # 18 characters (the spaces between count) in 360 px: 20 px each; spaces round the line do not.
+    assert char_width_band(360, " RM 12.50 CASH 1.00 ") == "20-25 px a character"
+    assert char_width_band(359, "RM 12.50 CASH 1.00 ") == "0-19 px a character"
+    assert char_width_band(26 * 4, "TOTA") == "26-31 px a character"
+    assert char_width_band(1120, "5") == "32+ px a character"
 
 
 def test_marks_are_counted_where_the_truth_has_them_and_where_the_read_adds_them() -> None:

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from appliance.engines.vlm_gguf.line_image import trained_stretch
+from appliance.engines.vlm_gguf.line_image import drawn_width, trained_stretch
 from bench.text_forms import normalize, normalize_spaced
 from train.make_crops import read_crops
 from train.render import LINE_STRETCH, prepare_line
@@ -109,6 +109,21 @@ def length_band(truth: str, bands: Sequence[int] = LENGTH_BANDS) -> str:
     low = max(band for band in bands if band <= length)
     higher = [band for band in bands if band > low]
     return f"{low}-{higher[0] - 1}" if higher else f"{low}+"
+
+
+CHAR_WIDTH_BANDS = (0, 20, 26, 32)  # pixels of the model's 28-px-high image a printed character gets
+
+
+def char_width_band(width: int, truth: str, bands: Sequence[int] = CHAR_WIDTH_BANDS) -> str:
+    """The band of `bands` that a line drawn `width` px wide gives each of its truth's characters.
+
+    Spaces count: they take room in the print. Where a reader loses on narrow print (condensed
+    faces, a long line squeezed to the model's widest image), the low bands show it.
+    """
+    share = width / max(1, len(truth.strip()))
+    low = max(band for band in bands if band <= share)
+    higher = [band for band in bands if band > low]
+    return f"{low}-{higher[0] - 1} px a character" if higher else f"{low}+ px a character"
 
 
 def compare_by(
@@ -206,11 +221,12 @@ def read_lines(
 
 def load_crops(
     folder: Path, limit: int | None = None, x_scale: float = 1.0, stretch: float = LINE_STRETCH
-) -> list[tuple[str, str, np.ndarray]]:
-    """(file, truth, prepared RGB image) for each line of folder/labels.jsonl (train.make_crops).
+) -> list[tuple[str, str, np.ndarray, int]]:
+    """(file, truth, prepared RGB image, the line's width in it) for each line of folder/labels.jsonl.
 
-    x_scale != 1 stretches each crop horizontally first: how much the reading depends on the
-    glyphs' width, which differs from font to font. `stretch` is the model's own (line_image.trained_stretch).
+    The folder is train.make_crops' output. x_scale != 1 stretches each crop horizontally first:
+    how much the reading depends on the glyphs' width, which differs from font to font. `stretch`
+    is the model's own (line_image.trained_stretch).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -218,7 +234,8 @@ def load_crops(
         if x_scale != 1.0:
             width = max(1, round(crop.shape[1] * x_scale))
             line = cv2.resize(crop, (width, crop.shape[0]), interpolation=cv2.INTER_CUBIC)
-        out.append((name, text, prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB), stretch)))
+        image = prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB), stretch)
+        out.append((name, text, image, drawn_width(line.shape[0], line.shape[1], stretch)))
     return out
 
 
@@ -238,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--against",
         type=Path,
-        help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length "
-        "and by how the line is printed (its case in that text)",
+        help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
+        "by how the line is printed (its case in that text) and by the pixels a character gets",
     )
     args = parser.parse_args(argv)
     import torch
@@ -274,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             parser.error(f"--against has no read for {len(missing)} crops (the first: {missing[0]})")
         truths, other_texts = [c[1] for c in crops], [others[c[0]] for c in crops]
-        for keys in ([length_band(truth) for truth in truths], [letter_case(text) for text in other_texts]):
+        for keys in (
+            [length_band(truth) for truth in truths],
+            [letter_case(text) for text in other_texts],
+            [char_width_band(c[3], c[1]) for c in crops],
+        ):
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
     out = args.out or args.crops.parent / "eval_results.json"

@@ -47,6 +47,11 @@ def trained_stretch(export_dir: Path) -> float:
     return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
 
 
+def drawn_width(height: int, width: int, stretch: float = LINE_STRETCH) -> int:
+    """The width a height x width crop is drawn at in `prepare_line`'s image, before the white padding."""
+    return min(max(1, round(width * stretch * LINE_HEIGHT / max(height, 1))), MAX_WIDTH)
+
+
 def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> np.ndarray:
     """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
 
@@ -58,8 +63,7 @@ def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> np.ndarray:
     elif crop.shape[2] == 4:
         crop = np.ascontiguousarray(crop[:, :, :3])
     h, w = crop.shape[:2]
-    width = max(1, round(w * stretch * LINE_HEIGHT / max(h, 1)))
-    width = min(width, MAX_WIDTH)
+    width = drawn_width(h, w, stretch)
     shrinking = h > LINE_HEIGHT or w > width
     resized = cv2.resize(
         crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
