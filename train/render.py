@@ -69,11 +69,11 @@ NEIGHBOUR_CASE_SHARE = 0.85
 # drawn alike, 38 of the 542 eights of the receipt crops were misread (19 of them as a zero) against
 # 37 of 2,545 zeros (`train.eval_lines`: `by_truth_char`, `common`).
 MARKED_ZERO_SHARE = 0.12
-# Lines on crumpled or curled paper, photographed rather than scanned: the baseline rises and falls
-# along the line (`_crumple`). Rotation alone stays under a degree on long lines, so the reader
-# had never seen one bent, and receipt lines photographed so were among its worst reads where
-# the ONNX reader read them right (`Total Sales (Excluding GST) :` read `Yatal Sales (Excluding
-# 99.11 :`, `Total Sales (Inclusive of GST) :` read `gatal sates (notuston ot 9,)`).
+# Lines on crumpled or curled paper: the baseline rises and falls along the line (`_crumple`).
+# Rotation alone stays under a degree on long lines, so the reader had never seen one bent, and
+# receipt lines printed on such paper were among its worst reads where the ONNX reader read them
+# right (`Total Sales (Excluding GST) :` read `Yatal Sales (Excluding 99.11 :`, `Total Sales
+# (Inclusive of GST) :` read `gatal sates (notuston ot 9,)`).
 CRUMPLE_SHARE = 0.1
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
