@@ -103,12 +103,16 @@ def by_truth_char(pairs: Sequence[tuple[str, str]], chars: str = WATCHED_CHARS) 
 LENGTH_BANDS = (0, 5, 10, 20)  # truth characters (whitespace-free): 0-4, 5-9, 10-19, 20 and more
 
 
-def length_band(truth: str, bands: Sequence[int] = LENGTH_BANDS) -> str:
-    """The band of `bands` that the truth's whitespace-free length falls in (`10-19`, `20+`)."""
-    length = len(normalize(truth, True))
-    low = max(band for band in bands if band <= length)
+def _band(value: float, bands: Sequence[int]) -> str:
+    """The band of ascending `bands` (lower bounds, the first 0) that `value` falls in: `10-19`, `20+`."""
+    low = max(band for band in bands if band <= value)
     higher = [band for band in bands if band > low]
     return f"{low}-{higher[0] - 1}" if higher else f"{low}+"
+
+
+def length_band(truth: str, bands: Sequence[int] = LENGTH_BANDS) -> str:
+    """The band of `bands` that the truth's whitespace-free length falls in (`10-19`, `20+`)."""
+    return _band(len(normalize(truth, True)), bands)
 
 
 CHAR_WIDTH_BANDS = (0, 20, 26, 32)  # pixels of the model's 28-px-high image a printed character gets
@@ -117,13 +121,10 @@ CHAR_WIDTH_BANDS = (0, 20, 26, 32)  # pixels of the model's 28-px-high image a p
 def char_width_band(width: int, truth: str, bands: Sequence[int] = CHAR_WIDTH_BANDS) -> str:
     """The band of `bands` that a line drawn `width` px wide gives each of its truth's characters.
 
-    Spaces count: they take room in the print. Where a reader loses on narrow print (condensed
-    faces, a long line squeezed to the model's widest image), the low bands show it.
+    The spaces between words count: they take room in the print. Where a reader loses on narrow
+    print (condensed faces, a long line squeezed to the model's widest image), the low bands show it.
     """
-    share = width / max(1, len(truth.strip()))
-    low = max(band for band in bands if band <= share)
-    higher = [band for band in bands if band > low]
-    return f"{low}-{higher[0] - 1} px a character" if higher else f"{low}+ px a character"
+    return f"{_band(width / max(1, len(truth.strip())), bands)} px a character"
 
 
 def compare_by(
