@@ -424,8 +424,8 @@ class LineRenderer:
         drift = size * self.rng.uniform(-0.05, 0.05) / max(width, 1)
         columns = np.arange(width, dtype=np.float32)
         shift = amplitude * np.sin(2.0 * np.pi * columns / period + phase) + drift * (columns - width / 2)
-        map_x = np.broadcast_to(columns, (height, width)).astype(np.float32)
-        map_y = (np.arange(height, dtype=np.float32)[:, None] + shift[None, :]).astype(np.float32)
+        map_x = np.tile(columns, (height, 1))
+        map_y = np.arange(height, dtype=np.float32)[:, None] + shift[None, :]
         bent: np.ndarray = cv2.remap(ink, map_x, map_y, cv2.INTER_LINEAR, borderValue=0.0)
         return bent
 
