@@ -329,6 +329,31 @@ def test_crumpled_paper_bends_the_line_up_and_down_smoothly_and_keeps_its_ink(fo
     assert np.allclose(columns.sum(axis=0), 4.0, atol=0.05)  # each column keeps its ink
 
 
+@pytest.mark.parametrize("kind", [0.0, 0.9])  # a ring (< 0.6), a stroke across
+def test_a_pen_mark_crosses_the_print_within_its_columns_and_keeps_every_stroke(
+    fonts: Path, kind: float
+) -> None:
+    size = 30
+    ink = _ink_of(fonts, "PLEASE COME AGAIN", 0.9, 0.9, 0.9)  # no rule, barcode or slant
+    renderer = LineRenderer(load_fonts(fonts), 1)
+    renderer.rng = _Scripted(kind)  # type: ignore[assignment]
+    marked = renderer._pen_stroke(ink, size)
+    assert marked.shape == ink.shape
+    assert (marked >= ink).all()  # the print keeps all its ink
+    added = (marked - ink) > 0.3
+    assert added.sum() > size  # a mark, not a speck
+    rows = np.where((ink > 0.5).any(axis=1))[0]
+    cols = np.where((ink > 0.5).any(axis=0))[0]
+    # It crosses the print's rows; a ring reaches past them, above or below, where the scripted
+    # stroke (every offset the middle of its range) runs flat through the line's middle.
+    assert added[rows[0] : rows[-1] + 1].any(axis=0).sum() > size
+    if kind < 0.6:
+        assert added[: rows[0]].any() or added[rows[-1] + 1 :].any()
+    # Nothing beside the print: the box a detector draws round the line stays the print's.
+    marked_cols = np.where(added.any(axis=0))[0]
+    assert marked_cols[0] >= cols[0] - size * 0.2 and marked_cols[-1] <= cols[-1] + size * 0.2
+
+
 def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> None:
     from PIL import Image, ImageDraw
 

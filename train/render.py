@@ -75,6 +75,13 @@ MARKED_ZERO_SHARE = 0.12
 # right (`Total Sales (Excluding GST) :` read `Yatal Sales (Excluding 99.11 :`, `Total Sales
 # (Inclusive of GST) :` read `gatal sates (notuston ot 9,)`).
 CRUMPLE_SHARE = 0.1
+# Lines marked by a pen after printing: part of a ring round a total or a word, or a tick or
+# stroke across the print, in ink paler or as dark as the print (`_pen_stroke`). Receipts reach the
+# scanner so marked; lines under such marks were among the reader's worst where the ONNX reader
+# read them right (`Thank You...Please Come Again...` under an arc read `... Againr*.`, `Points
+# Missed:` under a loop `Points Hissid'S`, `GOODS SOLD ARE NOT RETURNABLE OR` under an arc lost
+# its `OR`).
+PEN_SHARE = 0.04
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -226,6 +233,8 @@ class LineRenderer:
             ink = cv2.dilate(ink, kernel) if rng.random() < 0.6 else cv2.erode(ink, kernel)
         if rng.random() < BLEED_SHARE:
             ink = self._bleed(ink, size)
+        if rng.random() < PEN_SHARE:
+            ink = self._pen_stroke(ink, size)
         if rng.random() < CRUMPLE_SHARE:
             ink = self._crumple(ink, size)
         paper = rng.uniform(170, 255)
@@ -412,6 +421,45 @@ class LineRenderer:
         flecks = (blurred - blurred.min()) / max(float(np.ptp(blurred)), 1e-6)
         mottled: np.ndarray = spread * (1.0 - self.rng.uniform(0.3, 0.7) * flecks)
         return mottled
+
+    def _pen_stroke(self, ink: np.ndarray, size: int) -> np.ndarray:
+        # Drawn within the text's own columns (it starts at `size` and ends `size` + 8 before the
+        # canvas's edge, `_ink_mask`), so the box found round the print stays the print's; up and
+        # down it reaches past the line, as a ring round a word does.
+        rng = self.rng
+        width = ink.shape[1]
+        left, right = size, max(size + 2, width - size - 8)
+        middle = int(size * 1.65)  # the middle of `_middle_band`
+        marks = np.zeros_like(ink)
+        thickness = max(1, round(size * rng.uniform(0.04, 0.1)))
+        if rng.random() < 0.6:  # part of a ring round a stretch of the line
+            centre = rng.uniform(left, right)
+            half_width = min(rng.uniform(1.0, 5.0) * size, max(centre - left, right - centre))
+            half_height = rng.uniform(0.55, 0.9) * size
+            start = rng.uniform(0.0, 360.0)
+            cv2.ellipse(
+                marks,
+                (round(centre), middle),
+                (max(1, round(half_width)), round(half_height)),
+                rng.uniform(-8.0, 8.0),
+                start,
+                start + rng.uniform(120.0, 330.0),
+                1.0,
+                thickness,
+                cv2.LINE_AA,
+            )
+        else:  # a tick or a stroke across the print, bent once
+            x0 = rng.uniform(left, right)
+            x2 = min(right, x0 + rng.uniform(0.5, 4.0) * size)
+            points = [
+                (x0, middle + rng.uniform(-1.0, 1.0) * size),
+                ((x0 + x2) / 2, middle + rng.uniform(-0.8, 0.8) * size),
+                (x2, middle + rng.uniform(-1.0, 1.0) * size),
+            ]
+            polyline = np.array([[round(x), round(y)] for x, y in points], np.int32)
+            cv2.polylines(marks, [polyline], False, 1.0, thickness, cv2.LINE_AA)
+        marked: np.ndarray = np.maximum(ink, marks * rng.uniform(0.5, 1.0))
+        return marked
 
     def _crumple(self, ink: np.ndarray, size: int) -> np.ndarray:
         # Paper bent along the line moves each column of print up or down by a smooth wave (one
