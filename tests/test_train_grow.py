@@ -63,3 +63,19 @@ def test_grown_state_refuses_a_change_of_width() -> None:
     trained["model.embed_tokens.weight"] = np.ones((5, 6))
     with pytest.raises(ValueError, match="shape"):
         grown_state(fresh, trained)
+
+
+def test_grown_state_at_the_same_depth_is_the_export_itself() -> None:
+    trained, fresh = _state(6, 6, 100.0), _state(6, 6, 0.5)
+    state, added = grown_state(fresh, trained)
+    assert added == {"model.language_model.layers": 0, "model.visual.blocks": 0}
+    assert state.keys() == trained.keys()
+    for name, tensor in trained.items():
+        np.testing.assert_array_equal(state[name], tensor)
+
+
+def test_grown_state_refuses_an_export_that_lacks_a_weight() -> None:
+    trained, fresh = _state(6, 6, 1.0), _state(8, 8, 0.5)
+    del trained["model.visual.blocks.2.attn.qkv.weight"]
+    with pytest.raises(ValueError, match="not in the export"):
+        grown_state(fresh, trained)

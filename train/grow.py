@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # The parameters that write a block's result into the residual stream: Qwen2's decoder layer
@@ -32,7 +32,7 @@ def spread(old: int, new: int) -> list[int]:
     return [index + min(added, index // group) for index in range(old)]
 
 
-def stack_depths(names: list[str] | Mapping[str, Any]) -> dict[str, int]:
+def stack_depths(names: Iterable[str]) -> dict[str, int]:
     """How many blocks each stack of a state dict's names holds (text layers, vision blocks)."""
     depths: dict[str, int] = {}
     for name in names:
@@ -48,14 +48,16 @@ def grown_state(
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """`fresh` (a deeper model's own state) with `trained`'s blocks in place and the added ones silent.
 
-    Returns the state to load and, per stack, how many blocks were added. Every tensor outside the
-    blocks must have the same shape in both: only depth may differ.
+    Returns the state to load and, per stack, how many blocks were added (none where the depths
+    are equal: then this is a strict load). Every tensor of `fresh` outside the added blocks must
+    come from `trained`, with the same shape: only depth may differ.
     """
     old_depths, new_depths = stack_depths(trained), stack_depths(fresh)
     if set(old_depths) != set(new_depths):
         raise ValueError(f"the stacks differ: {sorted(old_depths)} against {sorted(new_depths)}")
     placed = {stack: spread(old_depths[stack], new_depths[stack]) for stack in old_depths}
     state = dict(fresh)
+    filled = set()
     for name, tensor in trained.items():
         match = _BLOCK.match(name)
         target = name
@@ -69,9 +71,12 @@ def grown_state(
                 f"{name}: shape {tuple(tensor.shape)}, the deeper model's {tuple(fresh[target].shape)}"
             )
         state[target] = tensor
+        filled.add(target)
     for name, tensor in fresh.items():
         match = _BLOCK.match(name)
         if not match or int(match["index"]) in placed[match["stack"]]:
+            if name not in filled:  # the export lacks it: it would stay at its random start
+                raise ValueError(f"{name} is not in the export")
             continue
         if match["rest"].startswith(OUTPUT_PROJECTIONS):
             state[name] = tensor * 0  # a zero tensor of its kind (torch's, or numpy's in the tests)

@@ -429,7 +429,8 @@ class LineRenderer:
         rng = self.rng
         width = ink.shape[1]
         left, right = size, max(size + 2, width - size - 8)
-        middle = int(size * 1.65)  # the middle of `_middle_band`
+        band = _middle_band(size)
+        middle = (band.start + band.stop) // 2
         marks = np.zeros_like(ink)
         thickness = max(1, round(size * rng.uniform(0.04, 0.1)))
         if rng.random() < 0.6:  # part of a ring round a stretch of the line

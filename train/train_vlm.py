@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from appliance.engines.vlm_gguf.line_image import LINE_STRETCH, trained_stretch, write_trained_stretch  # noqa: E402
 from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
-from train.grow import grown_state, stack_depths  # noqa: E402
+from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
@@ -291,12 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import Qwen2VLForConditionalGeneration
 
         exported = Qwen2VLForConditionalGeneration.from_pretrained(args.init_from, dtype=torch.float32)
-        fresh, trained = model.state_dict(), exported.state_dict()
-        if stack_depths(fresh) == stack_depths(trained):
-            model.load_state_dict(trained)  # strict: the export must have this shape
-        else:  # a deeper --size: the export's blocks, and added ones that change nothing yet
-            state, added = grown_state(fresh, trained)
-            model.load_state_dict(state)
+        # The export's shape, or a deeper --size: its blocks, and added ones that change nothing yet.
+        state, added = grown_state(model.state_dict(), exported.state_dict())
+        model.load_state_dict(state)
+        if any(added.values()):
             _log(args.out, f"grown from {args.init_from}: blocks added {added}")
         step = args.start_step
         with warnings.catch_warnings():  # stepping the schedule ahead before any optimizer step is meant
