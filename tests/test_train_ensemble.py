@@ -1,0 +1,59 @@
+"""train.ensemble: the mean of exports' weights, and the vote among reads of the same crops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from train.ensemble import average_states, closest, main, voted
+
+
+def test_average_states_is_the_element_wise_mean() -> None:
+    first = {"a": np.array([1.0, 2.0]), "b": np.array([[0.0]])}
+    second = {"a": np.array([3.0, 6.0]), "b": np.array([[4.0]])}
+    mean = average_states([first, second])
+    np.testing.assert_array_equal(mean["a"], [2.0, 4.0])
+    np.testing.assert_array_equal(mean["b"], [[2.0]])
+
+
+def test_average_states_refuses_exports_of_other_weights() -> None:
+    with pytest.raises(ValueError, match="different weights"):
+        average_states([{"a": np.zeros(2)}, {"b": np.zeros(2)}])
+
+
+def test_the_vote_keeps_what_most_reads_agree_on_and_the_first_on_a_tie() -> None:
+    assert voted(["TOTAL 1O.00", "total 10.00", "TOTAL 10.00"]) == 1  # case and spaces as CER sees them
+    assert voted(["A", "B", "C"]) == 0
+
+
+def test_the_oracle_keeps_the_read_nearest_the_truth() -> None:
+    assert closest("12.50", ["12.5O", "l2.5O", "12.50"]) == 2
+
+
+def test_vote_prints_each_reader_the_vote_and_the_oracle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truths = {"a.jpg": "TOTAL 10.00", "b.jpg": "CASH", "c.jpg": "RM 5.00"}
+    reads = [
+        {"a.jpg": "TOTAL 1O.00", "b.jpg": "CASH", "c.jpg": "RM 5.00"},
+        {"a.jpg": "TOTAL 10.00", "b.jpg": "CASN", "c.jpg": "RM 5.00"},
+        {"a.jpg": "TOTAL 10.00", "b.jpg": "CASH", "c.jpg": "RM 6.00"},
+    ]
+    results = []
+    for index, read in enumerate(reads):
+        lines = [{"file": f, "truth": t, "read": read[f]} for f, t in truths.items()]
+        results.append(tmp_path / f"r{index}.json")
+        results[-1].write_text(json.dumps({"summary": {}, "lines": lines}))
+    hints = tmp_path / "hints.json"
+    hints.write_text(
+        json.dumps([{"file": f, "text": "", "confidence": 0.5 if f == "a.jpg" else 0.99} for f in truths])
+    )
+    assert main(["vote", *map(str, results)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": 5.00%") == 3  # one edit in the 20 characters (spaces left out) for each reader
+    assert "vote: 0.00% / 0.00% spaced; oracle 0.00%; 3 lines" in out  # each line's error outvoted
+    assert main(["vote", *map(str, results), "--hints", str(hints)]) == 0
+    assert "vote: 0.00% / 0.00% spaced; oracle 0.00%; 1 lines" in capsys.readouterr().out

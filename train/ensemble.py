@@ -1,0 +1,94 @@
+"""Two ways of combining line readers, measured on the receipt crops: weights averaged, reads voted.
+
+`average OUT EXPORT...` writes the mean of exports of one shape (runs from one start, a "model
+soup") as a new export. `vote RESULT...` takes `train.eval_lines --out` files of the same crops (one
+reader at several `--x-scale`, say), keeps for each line the read most of the others agree with
+(the first file's on a tie) and prints the CER of each file, of the vote and of the best read of
+each line (an oracle, the most any choice among them could give); `--hints READS --below C`
+restricts all of it to the lines the ONNX reader gave less than C confidence (the cascade's unsure
+lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rapidfuzz.distance import Levenshtein
+
+from bench.text_forms import normalize
+from train.eval_lines import cer
+
+
+def average_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The element-wise mean of state dicts with the same names and shapes."""
+    names = set(states[0])
+    if any(set(state) != names for state in states[1:]):
+        raise ValueError("the exports hold different weights")
+    return {name: sum(state[name] for state in states) / len(states) for name in states[0]}
+
+
+def voted(reads: Sequence[str]) -> int:
+    """The index of the read that most of `reads` agree with (compared as CER compares), first on a tie."""
+    forms = [normalize(read, True) for read in reads]
+    return max(range(len(reads)), key=lambda i: (sum(form == forms[i] for form in forms), -i))
+
+
+def closest(truth: str, reads: Sequence[str]) -> int:
+    """The index of the read nearest the truth: what an oracle would keep."""
+    want = normalize(truth, True)
+    return min(range(len(reads)), key=lambda i: Levenshtein.distance(normalize(reads[i], True), want))
+
+
+def _average(out: Path, exports: Sequence[Path]) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(exports[0], out)
+    for weights in sorted(out.glob("*.safetensors")):
+        states = [{k: v.to(torch.float32) for k, v in load_file(e / weights.name).items()} for e in exports]
+        save_file(average_states(states), weights, metadata={"format": "pt"})
+    print(f"{out}: the mean of {len(exports)} exports")
+
+
+def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
+    runs = [{line["file"]: line for line in json.loads(r.read_text())["lines"]} for r in results]
+    files = [f for f in runs[0] if all(f in run for run in runs[1:])]
+    if hints:
+        confidence = {h["file"]: h["confidence"] for h in json.loads(hints.read_text())}
+        files = [f for f in files if confidence[f] < below]
+    truths = [runs[0][f]["truth"] for f in files]
+    reads = [[run[f]["read"] for run in runs] for f in files]
+    for index, result in enumerate(results):
+        print(f"{result}: {cer([(t, r[index]) for t, r in zip(truths, reads, strict=True)]):.2%}")
+    vote = [(t, r[voted(r)]) for t, r in zip(truths, reads, strict=True)]
+    oracle = [(t, r[closest(t, r)]) for t, r in zip(truths, reads, strict=True)]
+    spaced = cer(vote, spaced=True)
+    print(f"vote: {cer(vote):.2%} / {spaced:.2%} spaced; oracle {cer(oracle):.2%}; {len(files)} lines")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.ensemble", description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    average = verbs.add_parser("average", help="the mean of exports' weights, as an export")
+    average.add_argument("out", type=Path)
+    average.add_argument("exports", type=Path, nargs="+")
+    vote = verbs.add_parser("vote", help="a vote among eval_lines results of the same crops")
+    vote.add_argument("results", type=Path, nargs="+")
+    vote.add_argument("--hints", type=Path, help="bench.vlm_lines --save-hints: the ONNX reads")
+    vote.add_argument("--below", type=float, default=0.9, help="with --hints: lines under this confidence")
+    args = parser.parse_args(argv)
+    if args.verb == "average":
+        _average(args.out, args.exports)
+    else:
+        _vote(args.results, args.hints, args.below)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
