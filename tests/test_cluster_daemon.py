@@ -23,7 +23,7 @@ from appliance.cluster.journal import PostgresJournal
 from appliance.config import AppConfig, parse_config
 from appliance.journal import JobState
 from appliance.journals import NODE_ID_FILE
-from tests.fakes.engines import GatedFaultEngine, fixed_text_engine
+from tests.fakes.engines import GatedEngine, GatedFaultEngine, fixed_text_engine
 from tests.pg_server import ThrowawayPostgres, throwaway_postgres
 from tests.polling import DaemonThread, image_bytes, wait_for
 
@@ -246,9 +246,38 @@ def test_a_database_that_goes_away_for_a_while_stops_nothing_and_loses_nothing(t
             assert running.thread.is_alive()
             server.resume()
             assert wait_for((tmp_path / "out" / "second.png.json").exists, timeout=180)
-        with _observer(dsn) as journal:
-            assert journal.counts()[JobState.DONE] == 2
-            assert chain.verify(dsn).entries == 2
+            # The first job's record may have met the server going away after its outputs were
+            # written; it is then let go and read again once its lease runs out, so wait for it.
+            with _observer(dsn) as journal:
+                assert wait_for(lambda: journal.counts()[JobState.DONE] == 2, timeout=180), journal.counts()
+                assert chain.verify(dsn).entries == 2
+
+
+def test_a_job_read_while_the_database_is_away_is_read_again_once_it_is_back(tmp_path: Path) -> None:
+    with throwaway_postgres() as server:
+        dsn = server.create_database()
+        (tmp_path / "in").mkdir()
+        config = _in_process_config(tmp_path, dsn)
+        gate = tmp_path / "gate"
+        with DaemonThread(config, functools.partial(GatedEngine, "HELLO", str(gate))) as running:
+            with _observer(dsn) as journal:
+                (tmp_path / "in" / "held.png").write_bytes(image_bytes("white"))
+                assert wait_for(lambda: journal.counts()[JobState.RUNNING] == 1, timeout=120)
+            server.halt()
+            gate.touch()  # the read ends while its lease cannot be checked: nothing may be written
+            assert wait_for(
+                lambda: any("unreachable" in error["message"] for error in running.daemon.recent_errors),
+                timeout=120,
+            )
+            assert running.thread.is_alive()
+            server.resume()
+            with _observer(dsn) as journal:
+                # Not failed for the outage: the file did nothing wrong.
+                done = wait_for(lambda: journal.counts()[JobState.DONE] == 1, timeout=180)
+                assert done, [(job.state, job.reason) for job in journal.jobs()]
+                assert journal.counts()[JobState.RUNNING] == 0
+                assert chain.verify(dsn).entries == 1
+        assert [path.name for path in (tmp_path / "out").glob("*.json")] == ["held.png.json"]
 
 
 def test_a_claim_a_dead_node_never_journalled_is_read_by_another_node(
