@@ -91,8 +91,11 @@ class StatusBoard:
     ) -> Status:
         now = time.monotonic()
         rates = {}
+        # A copy first (one C call): the daemon's loop appends while an API thread reports, and a
+        # deque changed while it is walked raises.
+        logged = list(self.pages_log)
         for label, window in (("1m", 60.0), ("5m", 300.0), ("15m", 900.0)):
-            pages = sum(count for at, count in self.pages_log if now - at <= window)
+            pages = sum(count for at, count in logged if now - at <= window)
             rates[label] = pages / min(window, max(now - self.started_at, 1e-9))
         return Status(
             version=__version__,

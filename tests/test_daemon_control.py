@@ -85,7 +85,10 @@ def test_unsure_document_goes_to_review_and_a_correction_completes_it(tmp_path: 
         job_id = items[0].job.id
         with pytest.raises(InvalidArgumentError, match="unknown field"):
             running.control.resolve_review(job_id, {"tips": "1.00"})
-        (folder / "corrected.json").write_text(json.dumps({"fields": {"total": "40.71"}}), encoding="utf-8")
+        # Written whole, then moved in, as a reviewer's tool should: the desk may look at any moment.
+        staged = tmp_path / "corrected.json"
+        staged.write_text(json.dumps({"fields": {"total": "40.71"}}), encoding="utf-8")
+        staged.replace(folder / "corrected.json")
         assert wait_for((tmp_path / "out" / "receipt.png.json").exists)
         result = json.loads((tmp_path / "out" / "receipt.png.json").read_text(encoding="utf-8"))
         assert result["fields"]["total"]["value"] == "40.71"

@@ -145,7 +145,9 @@ def test_watchdog_pings_stop_while_the_engine_hangs_and_resume_after(
     try:
         assert wait_for(lambda: len(notify_socket.times("WATCHDOG=1")) >= 2)
         (tmp_path / "in" / "hang.png").write_bytes(png_bytes("blue"))
-        assert wait_for(lambda: daemon.stats.claimed == 1)
+        # The stall clock starts when the job is sent to its worker, two journal commits after the
+        # claim: wait for the loop to list the job as being read (set once it was sent).
+        assert wait_for(lambda: len(daemon._reading) == 1)
         claimed_at = time.monotonic()
         assert wait_for((tmp_path / "failed" / "hang.png.error.json").exists, timeout=30)
         failed_at = time.monotonic()
@@ -225,7 +227,8 @@ def test_cli_daemon_under_a_notify_socket(tmp_path: Path, notify_socket: NotifyS
             process.communicate()
     assert process.returncode == 0, stderr
     assert "surprise: unknown key" in stderr
-    assert notify_socket.names()[-1] == "STOPPING"
+    # The receiver thread may take the last datagram a moment after the process exits.
+    assert wait_for(lambda: notify_socket.names()[-1] == "STOPPING", timeout=10)
     api_socket.parent.rmdir()  # the socket went with the daemon
 
 
