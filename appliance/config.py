@@ -415,6 +415,10 @@ class CascadeConfig(_Strict):
     # read, as measured for a VLM: train/'s line reader read the receipts worse than the ONNX text
     # with second and better with more_confident (bench/README.md).
     keep: Literal["auto", "second", "more_confident"] = "auto"
+    # A line read again keeps its first read when the second changes more than this many characters
+    # (spaces and case aside): a correction, not a rewrite. None: no limit; auto: the reader's own
+    # (its `auto_max_changes`: none for onnx_reader), else 3, as measured for a VLM (bench/README.md).
+    max_changes: Literal["auto"] | Annotated[StrictInt, Field(ge=0)] | None = "auto"
 
 
 class ProfileConfig(_Strict):

@@ -4,7 +4,7 @@ Usage::
 
     python -m bench.vlm_cascade_pages --model-dir DIR DATA [--limit N] [--threads T]
         [--together 1 8 ...] [--keep auto second more_confident] [--min-confidence C]
-        [--device auto|cpu|gpu] [--json OUT]
+        [--max-changes auto|none|N] [--device auto|cpu|gpu] [--json OUT]
 
 DIR holds a `qwen2vl_line` GGUF model, its mmproj and manifest.json; DATA a page set with ground
 truth (`gt/*.json`, as bench.ocr_bench reads). The appliance's ONNX engine reads each page once;
@@ -16,7 +16,8 @@ the ones the appliance cuts, and a page's lines are grouped only with each other
 daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
 that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
 against the ONNX read alone; the JSON lists every line the VLM's text replaced, beside the ONNX
-text it replaced. Pages are read as they are, without the appliance's preprocessing.
+text it replaced and what that replacement alone changed in its page's edits (`edits_change`).
+Pages are read as they are, without the appliance's preprocessing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.pipeline.cascade import Cascade
 from bench.ocr_bench import load_dataset
 from bench.scoring import PageScore, TextLine, micro_average, score_page
+from bench.vlm_lines import max_changes_option
 
 
 def main() -> None:
@@ -48,6 +50,12 @@ def main() -> None:
     keep_rules = get_args(CascadeConfig.model_fields["keep"].annotation)
     parser.add_argument("--keep", nargs="+", default=[CascadeConfig().keep], choices=keep_rules)
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument(
+        "--max-changes",
+        type=max_changes_option,
+        default=CascadeConfig().max_changes,
+        help="cascade.max_changes: auto (the default), none or a count",
+    )
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args()
 
@@ -71,7 +79,11 @@ def main() -> None:
         f"{size}/{keep}": Cascade(
             reader,
             CascadeConfig(
-                mode="below_threshold", unit="lines", min_confidence=args.min_confidence, keep=keep
+                mode="below_threshold",
+                unit="lines",
+                min_confidence=args.min_confidence,
+                keep=keep,
+                max_changes=args.max_changes,
             ),
         )
         for size, reader in readers.items()
@@ -104,8 +116,11 @@ def main() -> None:
                     "onnx_confidence": round(before.confidence, 3),
                     "vlm": after.text,
                     "vlm_confidence": round(after.confidence, 3),
+                    "edits_change": _edits_change(
+                        page.lines, first.lines, index, after.text, case_insensitive
+                    ),
                 }
-                for before, after in zip(first.lines, refined.lines, strict=True)
+                for index, (before, after) in enumerate(zip(first.lines, refined.lines, strict=True))
                 if after.engine != before.engine
             )
             if sent[-1]:
@@ -149,6 +164,20 @@ def main() -> None:
 
 def _text_lines(lines: list[Any]) -> list[TextLine]:
     return [TextLine(line.text, line.box) for line in lines]
+
+
+def _edits_change(
+    truth: list[TextLine], lines: list[Any], index: int, text: str, case_insensitive: bool
+) -> int:
+    """The page's whitespace-free edits with only line `index` taking `text`, less the ONNX read's.
+
+    Negative: that one replacement alone made the page better. Shows which replacements cost a
+    cascade its accuracy, where the set's CER only sums them.
+    """
+    alone = _text_lines(lines)
+    before = score_page(truth, alone, case_insensitive).geo_errors
+    alone[index] = TextLine(text, alone[index].box)
+    return score_page(truth, alone, case_insensitive).geo_errors - before
 
 
 if __name__ == "__main__":

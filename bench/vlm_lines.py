@@ -4,7 +4,7 @@ Usage::
 
     python -m bench.vlm_lines --model-dir DIR --crops DIR [--limit N] [--threads T] [--json OUT]
         [--device auto|cpu|gpu] [--save-hints FILE | --hints FILE] [--min-confidence C]
-        [--k-max N] [--extra-token-cost F] [--together N] [--unsure-only]
+        [--k-max N] [--extra-token-cost F] [--together N] [--unsure-only] [--max-changes auto|none|N]
     python -m bench.vlm_lines --crops DIR --save-hints FILE [--limit N]
 
 DIR holds a GGUF model, its mmproj and manifest.json (`python -m quantize.gguf`); the crops folder
@@ -31,12 +31,15 @@ mean draft length. --k-max and --extra-token-cost set the drafting variants' `dr
 
 The cascade as `unit: lines` runs it: the lines whose ONNX confidence is below --min-confidence (the
 cascade's default) take the VLM's text (`hint`; `keep: second`) as the cascade places it (single
-spaced: `cascade.line_read_again`), the rest keep the ONNX text.
+spaced: `cascade.line_read_again`) where it changes no more than --max-changes characters, the rest
+keep the ONNX text.
 Reported: how many lines that is, the CER of the cascade against the ONNX text alone (all lines, and
 the unsure ones), and over the unsure lines the decode time of `hint` against `head` (the drafting
 speed-up: same kept head, same output). Then the cascade with `keep: more_confident`: an unsure line
 takes the VLM's text only when the VLM's confidence in it (as the cascade computes it) is higher
-than the ONNX line's (what `keep: auto`, the default, does with a VLM): how many lines and the CER.
+than the ONNX line's (what `keep: auto`, the default, does with a VLM) and it changes no more
+characters than --max-changes (`cascade.max_changes`; auto: a VLM's 3, none: any): how many lines
+and the CER.
 
 --together N adds `together`: the crops read N at a time side by side (`lines_together`,
 `read_lines`: one pass writes a token of every line of the group, no drafts), each group right
@@ -67,9 +70,9 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from appliance.config import CascadeConfig, OnnxReaderConfig, VlmGgufConfig
 from appliance.engines.base import PageText
@@ -77,7 +80,7 @@ from appliance.engines.text_lines import make_line
 from appliance.engines.vlm_gguf.decoding import DecodeStats
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.line_image import prepare_line
-from appliance.pipeline.cascade import line_read_again
+from appliance.pipeline.cascade import AUTO_MAX_CHANGES, line_read_again, takes_second
 from bench.gpu_memory import MemorySampler
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
@@ -137,6 +140,16 @@ def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], floa
     return reads, seconds
 
 
+def max_changes_option(value: str) -> Literal["auto"] | int | None:
+    """`--max-changes` as `cascade.max_changes` takes it: auto, none (no limit) or a count."""
+    if value in ("auto", "none"):
+        return "auto" if value == "auto" else None
+    count = int(value)
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"--max-changes must be auto, none or a count >= 0 (got {value})")
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, help="the GGUF line reader (without it: --save-hints only)")
@@ -148,6 +161,12 @@ def main() -> None:
     parser.add_argument("--save-hints", type=Path, help="write the ONNX reads here (JSON)")
     parser.add_argument("--hints", type=Path, help="ONNX reads written by --save-hints: no ONNX run")
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument(
+        "--max-changes",
+        type=max_changes_option,
+        default=CascadeConfig().max_changes,
+        help="cascade.max_changes for the more_confident rows: auto (the default), none or a count",
+    )
     parser.add_argument("--k-max", type=int, help="the drafting variants' longest draft (draft.k_max)")
     parser.add_argument(
         "--extra-token-cost",
@@ -338,10 +357,25 @@ def main() -> None:
             f"{drafted_ms:.0f} ms drafted ({plain_ms / max(drafted_ms, 1e-9):.2f}x); against one by one "
             f"without drafts (head) {sum(runs['head'].decode_ms) / max(drafted_ms, 1e-9):.2f}x"
         )
-    unsure_rows = set(unsure)
-    cascade = [runs["hint"].placed[i] if i in unsure_rows else hints[i] for i in range(len(crops))]
-    # keep: more_confident: an unsure line takes the VLM's text only when the VLM is surer of it.
-    surer = {i for i in unsure if runs["hint"].confidences[i] > reads[i]["confidence"]}
+    # As the cascade decides: an unsure line takes the VLM's text under `keep` (second: whatever its
+    # confidence; more_confident: only when the VLM is surer of it) when it changes no more characters
+    # than --max-changes allows (auto: a VLM's); every other line keeps the ONNX text.
+    max_changes = AUTO_MAX_CHANGES if args.max_changes == "auto" else args.max_changes
+
+    def taken(keep: str) -> set[int]:
+        return {
+            i
+            for i in unsure
+            if takes_second(
+                replace(_PLACEHOLDER, text=hints[i], confidence=reads[i]["confidence"]),
+                replace(_PLACEHOLDER, text=runs["hint"].placed[i], confidence=runs["hint"].confidences[i]),
+                keep,
+                max_changes,
+            )
+        }
+
+    second, surer = taken("second"), taken("more_confident")
+    cascade = [runs["hint"].placed[i] if i in second else hints[i] for i in range(len(crops))]
     cascade_surer = [runs["hint"].placed[i] if i in surer else hints[i] for i in range(len(crops))]
 
     def cer_of(rows: list[int], texts: list[str], spaced: bool) -> float:
@@ -350,7 +384,9 @@ def main() -> None:
     decode = {name: sum(run.decode_ms[i] for i in unsure) for name, run in runs.items()}
     report["cascade"] = {
         "min_confidence": args.min_confidence,
+        "max_changes": max_changes,
         "unsure_lines": len(unsure),
+        "replaced": len(second),
         "cer": cer(cascade, False),
         "cer_spaced": cer(cascade, True),
         "unsure_onnx_cer": cer_of(unsure, hints, False),
@@ -366,7 +402,8 @@ def main() -> None:
     figures = report["cascade"]
     speedup = "-" if figures["drafting_speedup"] is None else f"{figures['drafting_speedup']:.2f}x"
     print(
-        f"cascade (lines below {args.min_confidence}: {len(unsure)} of {len(crops)}): CER "
+        f"cascade (lines below {args.min_confidence}: {len(unsure)} of {len(crops)}; keep: second, "
+        f"max_changes {max_changes}: {len(second)} take the VLM's text): CER "
         f"{figures['cer']:.2%} / {figures['cer_spaced']:.2%} spaced against the ONNX text's "
         f"{report['onnx']['cer']:.2%} / {report['onnx']['cer_spaced']:.2%}; on those lines ONNX "
         f"{figures['unsure_onnx_cer']:.2%}, VLM {figures['unsure_vlm_cer']:.2%}; their decode "

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from pydantic import ValidationError
 
 from appliance.config import CascadeConfig
 from appliance.document import Line
 from appliance.engines.base import PageText
 from appliance.engines.vlm_gguf.output import make_line
-from appliance.pipeline.cascade import Cascade, decoding_totals, place_lines, single_spaced
+from appliance.pipeline.cascade import (
+    Cascade,
+    changed_characters,
+    decoding_totals,
+    place_lines,
+    single_spaced,
+)
 from tests.fakes.engines import FakeVlmReader
 
 PAGE = np.full((400, 300, 3), 255, dtype=np.uint8)
@@ -152,9 +160,9 @@ def test_line_by_line_a_confident_page_is_not_sent_and_always_sends_every_line()
         PAGE, _first_read(0.95)
     )
     assert confident.details["cascade"]["vlm_used"] is False and reader.hints == []
-    every = Cascade(reader, CascadeConfig(mode="always", unit="lines", keep="second")).refine(
-        PAGE, _mixed_read()
-    )
+    # Every read taken, however much it changes: what was sent is what is counted.
+    every_line = CascadeConfig(mode="always", unit="lines", keep="second", max_changes=None)
+    every = Cascade(reader, every_line).refine(PAGE, _mixed_read())
     assert sorted(str(hint) for hint in reader.hints) == ["ACME STORE", "TEA 3.00", "TOTAL 12.5O"]
     assert every.details["cascade"]["lines_replaced"] == 3
 
@@ -207,6 +215,7 @@ class _SurenessReader(_SureReader):
     name = "onnx_reader"
     line_margin = 0.125
     auto_keep = "second"
+    auto_max_changes = None
 
 
 def test_a_line_read_again_is_single_spaced_like_the_first_engines_lines() -> None:
@@ -256,6 +265,46 @@ def test_keep_auto_lets_a_vlm_replace_only_the_lines_it_is_surer_of() -> None:
     config = CascadeConfig(mode="always", unit="lines", keep="second")
     second = Cascade(_SureReader(answers), config).refine(PAGE, first)
     assert [line.text for line in second.lines] == ["A7", "B8"]
+
+
+def test_characters_changed_between_reads_leave_spaces_and_case_aside() -> None:
+    assert changed_characters("Tota1  12.5O", "total 12.50") == 2
+    assert changed_characters("A B", "ab") == 0
+    assert changed_characters("", "SR") == 2
+
+
+def test_a_vlm_read_may_correct_a_line_but_not_rewrite_it() -> None:
+    # Seen on receipts: a surer VLM read that rewrites most of an unsure line (a fragment, another
+    # script, decoration) made the page worse far more often than better; small fixes gained.
+    first = PageText(
+        lines=[_onnx_line("TOTAL 12.5O", 20.0, 0.6), _onnx_line("Totel Amt Peyable :", 60.0, 0.6)]
+    )
+    answers = {"TOTAL 12.5O": ("TOTAL 12.50", 0.95), "Totel Amt Peyable :": ("Table Ant Payment :", 0.95)}
+    config = CascadeConfig(mode="always", unit="lines")
+    result = Cascade(_SureReader(answers), config).refine(PAGE, first)
+    assert [line.text for line in result.lines] == ["TOTAL 12.50", "Totel Amt Peyable :"]
+    cascade = result.details["cascade"]
+    assert cascade["max_changes"] == 3 and cascade["lines_replaced"] == 1 and cascade["lines_kept"] == []
+    unlimited = CascadeConfig(mode="always", unit="lines", max_changes=None)
+    anything = Cascade(_SureReader(answers), unlimited).refine(PAGE, first)
+    assert [line.text for line in anything.lines] == ["TOTAL 12.50", "Table Ant Payment :"]
+    none = CascadeConfig(mode="always", unit="lines", max_changes=0)
+    assert [line.text for line in Cascade(_SureReader(answers), none).refine(PAGE, first).lines] == [
+        "TOTAL 12.5O",
+        "Totel Amt Peyable :",
+    ]
+    # A second recogniser names no limit of its own: under auto its rewrites are taken.
+    recogniser = Cascade(_SurenessReader(answers), config).refine(PAGE, first)
+    assert [line.text for line in recogniser.lines] == ["TOTAL 12.50", "Table Ant Payment :"]
+    assert recogniser.details["cascade"]["max_changes"] is None
+
+
+def test_max_changes_takes_auto_a_count_or_null_only() -> None:
+    for value in ("auto", None, 0, 5):
+        assert CascadeConfig.model_validate({"max_changes": value}).max_changes == value
+    for wrong in (-1, "many", 2.5, True):
+        with pytest.raises(ValidationError):
+            CascadeConfig.model_validate({"max_changes": wrong})
 
 
 def test_a_reader_gets_its_own_margin_and_an_upside_down_line_turned_upright() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
+from bench.vlm_lines import max_changes_option
 from tests import rendering
 from tests.bench_runs import last_json, run_bench
 
@@ -71,3 +74,10 @@ def test_unsure_only_keeps_the_lines_below_the_threshold_and_saves_every_read(tm
     )
     assert (first["crops"], report["crops"], report["unsure"]) == (6, 6, 2)
     assert len(json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))) == 6
+
+
+def test_max_changes_is_read_as_the_cascade_takes_it() -> None:
+    assert [max_changes_option(value) for value in ("auto", "none", "0", "4")] == ["auto", None, 0, 4]
+    for wrong in ("-1", "many"):
+        with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+            max_changes_option(wrong)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from rapidfuzz import fuzz
+from rapidfuzz.distance import Levenshtein
 
 from appliance.config import CascadeConfig
 from appliance.document import Box, Line
@@ -22,6 +23,10 @@ log = logging.getLogger(__name__)
 
 # A VLM line takes the box of the ONNX line it matches at least this well (rapidfuzz ratio, 0-100).
 MIN_MATCH = 60.0
+# `cascade.max_changes: auto` for a reader that names none (a VLM): on the receipts' own lines, a
+# VLM read that changed four characters or more of the ONNX text made the page worse far more
+# often than better (bench/README, "Corrections, not rewrites").
+AUTO_MAX_CHANGES = 3
 
 
 def decoding_totals(pages: list[dict[str, Any]]) -> dict[str, float]:
@@ -76,6 +81,11 @@ class Cascade:
         # Which read a re-read line keeps: for `auto` the reader's own `auto_keep` where it has one
         # (a recogniser keeps the second read), else the surer read, as measured for a VLM.
         self._keep = config.keep if config.keep != "auto" else getattr(reader, "auto_keep", "more_confident")
+        self._max_changes: int | None = (
+            config.max_changes
+            if config.max_changes != "auto"
+            else getattr(reader, "auto_max_changes", AUTO_MAX_CHANGES)
+        )
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -195,13 +205,14 @@ class Cascade:
                 kept.append(f"line {index + 1}: VLM stopped: {stop if text else 'empty answer'}")
                 continue
             again = line_read_again(second.lines, line, self._reader.name)
-            if self._keep == "more_confident" and again.confidence <= line.confidence:
-                continue  # the first read was at least as sure: it stands, and that is no failure
+            if not takes_second(line, again, self._keep, self._max_changes):
+                continue  # the first read stands, and that is no failure
             lines[index] = again
             replaced += 1
         record.update(
             route="vlm_lines",
             keep=self._keep,
+            max_changes=self._max_changes,
             lines_sent=len(targets),
             lines_replaced=replaced,
             lines_kept=kept,
@@ -275,6 +286,25 @@ def _crop(image: np.ndarray, line: Line, share: float = VLM_LINE_MARGIN) -> np.n
 
 def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
     return np.ascontiguousarray(crop[::-1, ::-1] if line.rotated_180 else crop)
+
+
+def changed_characters(first: str, second: str) -> int:
+    """Character edits between two reads of a line, spaces and letter case aside."""
+    return Levenshtein.distance("".join(first.split()).casefold(), "".join(second.split()).casefold())
+
+
+def takes_second(line: Line, again: Line, keep: str, max_changes: int | None) -> bool:
+    """Whether a line read again takes its second read (`cascade.keep`, `cascade.max_changes`).
+
+    `more_confident` keeps the first read when it is at least as sure. `max_changes` keeps it when
+    the second read changes more characters than that: it may correct a line, not rewrite it. A
+    second read that disagrees with most of a line was mostly reading something its crop does not
+    hold well (a fragment of a word, decoration, another script), where the first read had the
+    whole page round it (bench/README, "Corrections, not rewrites").
+    """
+    if keep == "more_confident" and again.confidence <= line.confidence:
+        return False
+    return max_changes is None or changed_characters(line.text, again.text) <= max_changes
 
 
 def line_read_again(vlm_lines: list[Line], onnx_line: Line, engine: str) -> Line:

@@ -51,6 +51,9 @@ class OnnxLineReader:
     # Under `cascade.keep: auto` a line it reads again takes its read: a second recogniser gained
     # that way on the receipts and lost keeping the surer read (bench/README.md).
     auto_keep = "second"
+    # Under `cascade.max_changes: auto` its reads may change a line as much as they like: measured
+    # that way (the limit was set for a VLM, whose rewrites of whole lines went wrong).
+    auto_max_changes = None
 
     def __init__(self, config: OnnxReaderConfig) -> None:
         manifest = load_manifest(builtin_manifest_path(config.models))
