@@ -16,13 +16,27 @@ RECOGNISER_LINE_MARGIN = 0.125
 VLM_LINE_MARGIN = 0.25
 
 
-def cut_box(image: np.ndarray, box: tuple[float, float, float, float], share: float) -> np.ndarray:
-    """The axis-aligned box (x0, y0, x1, y1) grown by `share` of its height on every side, clipped."""
+def cut_box(
+    image: np.ndarray,
+    box: tuple[float, float, float, float],
+    share: float,
+    x_limits: tuple[float, float] | None = None,
+) -> np.ndarray:
+    """The axis-aligned box (x0, y0, x1, y1) grown by `share` of its height on every side, clipped.
+
+    `x_limits` (page x from, to), where given, bound it left and right too.
+    """
     x0, y0, x1, y1 = box
     margin = (y1 - y0) * share
     height, width = image.shape[:2]
     left, top = max(0, int(x0 - margin)), max(0, int(y0 - margin))
     right, bottom = min(width, int(np.ceil(x1 + margin))), min(height, int(np.ceil(y1 + margin)))
+    if x_limits is not None:
+        lowest, highest = x_limits
+        bounded_left = max(left, int(np.ceil(lowest))) if np.isfinite(lowest) else left
+        bounded_right = min(right, int(highest)) if np.isfinite(highest) else right
+        if bounded_right > bounded_left:
+            left, right = bounded_left, bounded_right
     return image[top:bottom, left:right]
 
 

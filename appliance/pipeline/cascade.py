@@ -247,7 +247,7 @@ class Cascade:
             group = targets[start : start + size]
             if len(group) > 1 and read_lines is not None and time.monotonic() < deadline:
                 try:
-                    crops = [_crop(image, lines[index], self._margin) for index in group]
+                    crops = [_crop(image, lines, index, self._margin) for index in group]
                     reads = read_lines(crops, deadline=deadline, hints=[lines[i].text for i in group])
                 except Exception as error:  # the group is read again line by line below
                     log.warning(
@@ -260,20 +260,24 @@ class Cascade:
                 if time.monotonic() >= deadline:
                     yield index, None
                     return
-                yield index, self._read_one(image, lines[index], deadline)
+                yield index, self._read_one(image, lines, index, deadline)
 
-    def _read_one(self, image: np.ndarray, line: Line, deadline: float) -> PageText | Exception:
+    def _read_one(
+        self, image: np.ndarray, lines: list[Line], index: int, deadline: float
+    ) -> PageText | Exception:
         try:
-            return self._reader.read(_crop(image, line, self._margin), hint=line.text, deadline=deadline)
+            crop = _crop(image, lines, index, self._margin)
+            return self._reader.read(crop, hint=lines[index].text, deadline=deadline)
         except Exception as error:  # the VLM failing on one line keeps that line's ONNX read
             return error
 
 
-def _crop(image: np.ndarray, line: Line, share: float = VLM_LINE_MARGIN) -> np.ndarray:
-    """The line's region of the page with a margin: cut from the page, or rectified if it slants.
+def _crop(image: np.ndarray, lines: list[Line], index: int, share: float = VLM_LINE_MARGIN) -> np.ndarray:
+    """Line `index`'s region of the page with a margin: cut from the page, or rectified if it slants.
 
     A line the first engine read upside down is turned upright: neither reader reads it turned.
     """
+    line = lines[index]
     if len(line.polygon) == 4:
         quad = np.array(line.polygon, dtype=np.float64)
         if not is_upright(quad):
@@ -281,7 +285,30 @@ def _crop(image: np.ndarray, line: Line, share: float = VLM_LINE_MARGIN) -> np.n
             # VLM would read as part of this one.
             height = float(np.linalg.norm(quad[3] - quad[0]))
             return _upright(crop_line(image, widen(quad, height * share))[0], line)
-    return _upright(cut_box(image, line.box, share), line)
+    return _upright(cut_box(image, line.box, share, _beside(line, lines)), line)
+
+
+def _beside(line: Line, lines: list[Line]) -> tuple[float, float]:
+    """How far a crop of `line` may reach left and right: halfway to the lines beside it on its row.
+
+    The detector grows each box past its glyphs, so the boxes of a receipt's columns touch or
+    overlap, and a margin past them takes in the first glyph of the next column (`5 X` beside
+    `0.60` read `5 X (`; bench/README, "Corrections, not rewrites").
+    """
+    x0, y0, x1, y1 = line.box
+    middle = (x0 + x1) / 2
+    left, right = -np.inf, np.inf
+    for other in lines:
+        if other is line:
+            continue
+        ox0, oy0, ox1, oy1 = other.box
+        if min(y1, oy1) - max(y0, oy0) < 0.5 * min(y1 - y0, oy1 - oy0):
+            continue  # not on this line's row
+        if ox0 > middle and ox1 > x1:
+            right = min(right, (x1 + ox0) / 2)
+        elif ox1 < middle and ox0 < x0:
+            left = max(left, (ox1 + x0) / 2)
+    return float(left), float(right)
 
 
 def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
