@@ -404,23 +404,21 @@ class Daemon:
         Nothing is recorded meanwhile; files stay in the hot folders or the spool. A job whose
         result could not be recorded is let go (`_not_recorded`) and read again.
         """
-        self._journal_down(error)
-        time.sleep(1.0)  # at most one attempt a second while the server is away
-
-    def _journal_down(self, error: JournalUnavailableError) -> None:
         if self._journal_down_since is None:
             self._journal_down_since = time.monotonic()
             self._board.error("", str(error))
             log.error("%s; retrying every tick, files wait", error)
+        time.sleep(1.0)  # at most one attempt a second while the server is away
 
     def _not_recorded(self, job: Job, error: JournalUnavailableError) -> None:
         """The journal went away before a finished job was recorded: let the job go, to be read again.
 
         Not failed: the file did nothing wrong, and the server may be back a moment later. Its
         lease is no longer renewed, so once the server is back `reclaim_expired` gives it back to
-        the queue, as it does a dead node's job; outputs already written are written again.
+        the queue, as it does a dead node's job; outputs already written are written again. The
+        journal is not marked away here: the loop's next call to it finds out whether it still is.
         """
-        self._journal_down(error)
+        self._board.error(job.id, f"result not recorded, read again later: {error}")
         log.warning(
             "job %s (%s): result not recorded, read again later: %s", job.id, job.relative_path, error
         )

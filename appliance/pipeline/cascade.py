@@ -275,7 +275,8 @@ class Cascade:
 def _crop(image: np.ndarray, lines: list[Line], index: int, share: float = VLM_LINE_MARGIN) -> np.ndarray:
     """Line `index`'s region of the page with a margin: cut from the page, or rectified if it slants.
 
-    A line the first engine read upside down is turned upright: neither reader reads it turned.
+    A line cut from the page stops short of the lines beside it on its row (`_beside`). A line
+    the first engine read upside down is turned upright: neither reader reads it turned.
     """
     line = lines[index]
     if len(line.polygon) == 4:
