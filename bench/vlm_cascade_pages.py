@@ -16,7 +16,9 @@ the ones the appliance cuts, and a page's lines are grouped only with each other
 daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
 that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
 against the ONNX read alone; the JSON lists every line the VLM's text replaced, beside the ONNX
-text it replaced and what that replacement alone changed in its page's edits (`edits_change`).
+text it replaced, the characters it changed and what that replacement alone changed in its
+page's edits (`edits_change`), and prints them summed for replacements that changed at most
+`cascade.max_changes: auto`'s 3 characters for a VLM and for the rest.
 Pages are read as they are, without the appliance's preprocessing.
 """
 
@@ -33,7 +35,7 @@ import cv2
 from appliance.config import CascadeConfig, EngineConfig, VlmGgufConfig
 from appliance.engines.factory import build_engine
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
-from appliance.pipeline.cascade import Cascade
+from appliance.pipeline.cascade import AUTO_MAX_CHANGES, Cascade, changed_characters
 from bench.ocr_bench import load_dataset
 from bench.scoring import PageScore, TextLine, micro_average, score_page
 from bench.vlm_lines import max_changes_option
@@ -116,8 +118,9 @@ def main() -> None:
                     "onnx_confidence": round(before.confidence, 3),
                     "vlm": after.text,
                     "vlm_confidence": round(after.confidence, 3),
+                    "changed_characters": changed_characters(before.text, after.text),
                     "edits_change": _edits_change(
-                        page.lines, first.lines, index, after.text, case_insensitive
+                        page.lines, first.lines, onnx_scores[-1], (index, after.text), case_insensitive
                     ),
                 }
                 for index, (before, after) in enumerate(zip(first.lines, refined.lines, strict=True))
@@ -153,11 +156,18 @@ def main() -> None:
             "cer": figures.cer_geo,
             "cer_spaced": figures.cer_geo_spaced,
             "replaced": replaced[name],
+            "by_change": _by_change(replaced[name]),
         }
         print(
             f"{name:<22}  {mean_ms:30.1f}  {mean_decode:14.1f}  {figures.cer_geo:6.2%}  "
             f"{figures.cer_geo_spaced:6.2%}"
         )
+        for label, group in report[name]["by_change"].items():
+            print(
+                f"  replaced, changing {label.replace('_', ' ')} characters: {group['lines']} lines, "
+                f"{group['better']} better ({group['edits_fewer']} edits fewer), "
+                f"{group['worse']} worse ({group['edits_more']} more)"
+            )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
 
@@ -167,17 +177,41 @@ def _text_lines(lines: list[Any]) -> list[TextLine]:
 
 
 def _edits_change(
-    truth: list[TextLine], lines: list[Any], index: int, text: str, case_insensitive: bool
+    truth: list[TextLine],
+    lines: list[Any],
+    onnx_score: PageScore,
+    replacement: tuple[int, str],
+    case_insensitive: bool,
 ) -> int:
-    """The page's whitespace-free edits with only line `index` taking `text`, less the ONNX read's.
+    """The page's whitespace-free edits with only `replacement` (line index, text), less the ONNX read's.
 
     Negative: that one replacement alone made the page better. Shows which replacements cost a
     cascade its accuracy, where the set's CER only sums them.
     """
+    index, text = replacement
     alone = _text_lines(lines)
-    before = score_page(truth, alone, case_insensitive).geo_errors
     alone[index] = TextLine(text, alone[index].box)
-    return score_page(truth, alone, case_insensitive).geo_errors - before
+    return score_page(truth, alone, case_insensitive).geo_errors - onnx_score.geo_errors
+
+
+def _by_change(replaced: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Replacements changing at most AUTO_MAX_CHANGES characters, and more: better, worse, by how much.
+
+    How many made their page better or worse, and by how many edits in all (corrections against
+    rewrites).
+    """
+    groups: dict[str, dict[str, int]] = {}
+    for label, small in ((f"at_most_{AUTO_MAX_CHANGES}", True), (f"over_{AUTO_MAX_CHANGES}", False)):
+        rows = [row for row in replaced if (row["changed_characters"] <= AUTO_MAX_CHANGES) == small]
+        changes = [row["edits_change"] for row in rows]
+        groups[label] = {
+            "lines": len(rows),
+            "better": sum(change < 0 for change in changes),
+            "edits_fewer": -sum(change for change in changes if change < 0),
+            "worse": sum(change > 0 for change in changes),
+            "edits_more": sum(change for change in changes if change > 0),
+        }
+    return groups
 
 
 if __name__ == "__main__":

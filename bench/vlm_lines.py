@@ -80,7 +80,7 @@ from appliance.engines.text_lines import make_line
 from appliance.engines.vlm_gguf.decoding import DecodeStats
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.line_image import prepare_line
-from appliance.pipeline.cascade import AUTO_MAX_CHANGES, line_read_again, takes_second
+from appliance.pipeline.cascade import line_read_again, max_changes_for, takes_second
 from bench.gpu_memory import MemorySampler
 from train.eval_lines import cer as line_cer
 from train.make_crops import read_crops
@@ -360,7 +360,7 @@ def main() -> None:
     # As the cascade decides: an unsure line takes the VLM's text under `keep` (second: whatever its
     # confidence; more_confident: only when the VLM is surer of it) when it changes no more characters
     # than --max-changes allows (auto: a VLM's); every other line keeps the ONNX text.
-    max_changes = AUTO_MAX_CHANGES if args.max_changes == "auto" else args.max_changes
+    max_changes = max_changes_for(args.max_changes, engines["hint"])
 
     def taken(keep: str) -> set[int]:
         return {

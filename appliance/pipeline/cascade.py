@@ -81,11 +81,7 @@ class Cascade:
         # Which read a re-read line keeps: for `auto` the reader's own `auto_keep` where it has one
         # (a recogniser keeps the second read), else the surer read, as measured for a VLM.
         self._keep = config.keep if config.keep != "auto" else getattr(reader, "auto_keep", "more_confident")
-        self._max_changes: int | None = (
-            config.max_changes
-            if config.max_changes != "auto"
-            else getattr(reader, "auto_max_changes", AUTO_MAX_CHANGES)
-        )
+        self._max_changes = max_changes_for(config.max_changes, reader)
 
     def wants(self, first: PageText) -> tuple[bool, str]:
         mode = self._config.mode
@@ -314,6 +310,14 @@ def _beside(line: Line, lines: list[Line]) -> tuple[float, float]:
 
 def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
     return np.ascontiguousarray(crop[::-1, ::-1] if line.rotated_180 else crop)
+
+
+def max_changes_for(setting: str | int | None, reader: object) -> int | None:
+    """`cascade.max_changes` for this reader: `auto` is its `auto_max_changes`, else AUTO_MAX_CHANGES."""
+    if setting == "auto":
+        return getattr(reader, "auto_max_changes", AUTO_MAX_CHANGES)
+    assert not isinstance(setting, str), f"cascade.max_changes: {setting!r}"
+    return setting
 
 
 def changed_characters(first: str, second: str) -> int:
