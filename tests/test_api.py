@@ -264,9 +264,10 @@ def test_watch_streams_transitions_and_resumes_after_a_sequence_number(appliance
         resumed.cancel()
         # Both streams' watchers see the disconnect and free their slots.
         assert wait_for(lambda: appliance.api.watchers == 0, timeout=5)
+        assert appliance.api.streaming == 0
         live = client.stub.WatchEvents(pb.WatchEventsRequest(only_new=True), timeout=10)
         # The stream takes its starting point when its handler runs: drop the file only after.
-        assert wait_for(lambda: appliance.api.watchers == 1, timeout=30)
+        assert wait_for(lambda: appliance.api.streaming == 1, timeout=30)
         appliance.drop("later.png", png_bytes("gray"))
         event = next(live)
         assert event.seq > second.seq and event.from_state == pb.JOB_STATE_UNSPECIFIED

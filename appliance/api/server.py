@@ -233,6 +233,11 @@ class ApiServer:
         """Event watchers connected now."""
         return self._servicer.watchers if self._servicer else 0
 
+    @property
+    def streaming(self) -> int:
+        """Event watchers that have taken their starting point, so that every later event reaches them."""
+        return self._servicer.streaming if self._servicer else 0
+
     def start(self) -> None:
         gid = grp.getgrnam(self._config.group).gr_gid if self._config.group else os.getgid()
         temporary = prepare_socket_path(self._config.socket, gid)

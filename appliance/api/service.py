@@ -78,6 +78,7 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
         self._reads = reads
         self._commands = commands
         self.watchers = 0  # only touched on the event loop, so no lock
+        self.streaming = 0  # watchers whose starting point is taken: events after it reach them
         self.stopping = False  # set when the server stops: watchers end their streams cleanly
 
     async def _read(self, function: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -133,8 +134,11 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
                 f"{MAX_WATCHERS} event watchers are connected; close one and retry",
             )
         self.watchers += 1
+        started = False
         try:
             after = await self._read(self._control.latest_seq) if request.only_new else request.after_seq
+            self.streaming += 1
+            started = True
             # The deadline and a client that goes away cancel this coroutine at its next await.
             while not self.stopping:
                 batch = await self._read(self._control.events, after, 0.0, 500)
@@ -145,6 +149,7 @@ class ApplianceServicer(pb_grpc.ApplianceServicer):
                 if not batch:
                     await asyncio.sleep(_POLL_SECONDS)
         finally:
+            self.streaming -= started
             self.watchers -= 1
 
     @_mapped
