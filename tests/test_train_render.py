@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import cv2
@@ -329,7 +330,7 @@ def test_crumpled_paper_bends_the_line_up_and_down_smoothly_and_keeps_its_ink(fo
     assert np.allclose(columns.sum(axis=0), 4.0, atol=0.05)  # each column keeps its ink
 
 
-@pytest.mark.parametrize("kind", [0.0, 0.9])  # a ring (< 0.6), a stroke across
+@pytest.mark.parametrize("kind", [0.0, 0.9])  # a ring (< 0.6), a tick
 def test_a_pen_mark_crosses_the_print_within_its_columns_and_keeps_every_stroke(
     fonts: Path, kind: float
 ) -> None:
@@ -344,14 +345,53 @@ def test_a_pen_mark_crosses_the_print_within_its_columns_and_keeps_every_stroke(
     assert added.sum() > size  # a mark, not a speck
     rows = np.where((ink > 0.5).any(axis=1))[0]
     cols = np.where((ink > 0.5).any(axis=0))[0]
-    # It crosses the print's rows; a ring reaches past them, above or below, where the scripted
-    # stroke (every offset the middle of its range) runs flat through the line's middle.
-    assert added[rows[0] : rows[-1] + 1].any(axis=0).sum() > size
-    if kind < 0.6:
-        assert added[: rows[0]].any() or added[rows[-1] + 1 :].any()
+    # It crosses the print's rows and reaches past them, above or below, as a ring round a word
+    # or a tick's long stroke does.
+    assert added[rows[0] : rows[-1] + 1].any(axis=0).sum() > size / 2
+    assert added[: rows[0]].any() or added[rows[-1] + 1 :].any()
     # Nothing beside the print: the box a detector draws round the line stays the print's.
     marked_cols = np.where(added.any(axis=0))[0]
     assert marked_cols[0] >= cols[0] - size * 0.2 and marked_cols[-1] <= cols[-1] + size * 0.2
+
+
+class _TickFirst:
+    """A random source whose first `random()` asks `_pen_stroke` for a tick; the rest are drawn."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.first = True
+
+    def random(self) -> float:
+        if self.first:
+            self.first = False
+            return 0.9
+        return self.rng.random()
+
+    def uniform(self, low: float, high: float) -> float:
+        return self.rng.uniform(low, high)
+
+
+def _longest_run(row: np.ndarray) -> int:
+    longest = current = 0
+    for value in row:
+        current = current + 1 if value else 0
+        longest = max(longest, current)
+    return longest
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_pen_tick_is_steep_so_it_never_lies_flat_like_a_hyphen(fonts: Path, seed: int) -> None:
+    # A flat stroke in the print's ink looks like a hyphen; a reader trained on strokes over the
+    # print that are not there learns to drop hyphens.
+    size = 30
+    blank = np.zeros((4 * size, 30 * size), np.float32)
+    renderer = LineRenderer(load_fonts(fonts), seed)
+    renderer.rng = _TickFirst(random.Random(seed))  # type: ignore[assignment]
+    marks = renderer._pen_stroke(blank, size)
+    assert (marks > 0.3).sum() > size
+    # Each row of the mark is a short run: a thick stroke at a steep angle, two of them where the
+    # tick turns. A stroke drawn flat across the print ran a size and more in most draws.
+    assert max(_longest_run(row) for row in marks > 0.3) < 0.45 * size
 
 
 def test_a_barcode_runs_above_or_below_the_text_as_many_bars(fonts: Path) -> None:
