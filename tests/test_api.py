@@ -265,7 +265,7 @@ def test_watch_streams_transitions_and_resumes_after_a_sequence_number(appliance
         # Both streams' watchers see the disconnect and free their slots.
         assert wait_for(lambda: appliance.api.watchers == 0, timeout=30)
         assert appliance.api.streaming == 0
-        live = client.stub.WatchEvents(pb.WatchEventsRequest(only_new=True), timeout=10)
+        live = client.stub.WatchEvents(pb.WatchEventsRequest(only_new=True), timeout=60)
         # The stream takes its starting point when its handler runs: drop the file only after.
         assert wait_for(lambda: appliance.api.streaming == 1, timeout=30)
         appliance.drop("later.png", png_bytes("gray"))
