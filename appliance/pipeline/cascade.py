@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -312,11 +312,10 @@ def _upright(crop: np.ndarray, line: Line) -> np.ndarray:
     return np.ascontiguousarray(crop[::-1, ::-1] if line.rotated_180 else crop)
 
 
-def max_changes_for(setting: str | int | None, reader: object) -> int | None:
+def max_changes_for(setting: Literal["auto"] | int | None, reader: object) -> int | None:
     """`cascade.max_changes` for this reader: `auto` is its `auto_max_changes`, else AUTO_MAX_CHANGES."""
     if setting == "auto":
         return getattr(reader, "auto_max_changes", AUTO_MAX_CHANGES)
-    assert not isinstance(setting, str), f"cascade.max_changes: {setting!r}"
     return setting
 
 
