@@ -141,13 +141,14 @@ def onnx_reads(crops: list[tuple[Any, str]]) -> tuple[list[dict[str, Any]], floa
 
 
 def max_changes_option(value: str) -> Literal["auto"] | int | None:
-    """`--max-changes` as `cascade.max_changes` takes it: auto, none (no limit) or a count."""
-    if value in ("auto", "none"):
-        return "auto" if value == "auto" else None
-    count = int(value)
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"--max-changes must be auto, none or a count >= 0 (got {value})")
-    return count
+    """`--max-changes` checked as the config checks `cascade.max_changes`: auto, none or a count."""
+    if value == "none":
+        return None
+    try:
+        setting = value if value == "auto" else int(value)
+        return CascadeConfig.model_validate({"max_changes": setting}).max_changes
+    except ValueError as error:  # pydantic's ValidationError is one
+        raise argparse.ArgumentTypeError(f"auto, none or a count >= 0 (got {value})") from error
 
 
 def main() -> None:
