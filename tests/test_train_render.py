@@ -372,11 +372,8 @@ class _TickFirst:
 
 
 def _longest_run(row: np.ndarray) -> int:
-    longest = current = 0
-    for value in row:
-        current = current + 1 if value else 0
-        longest = max(longest, current)
-    return longest
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], row.astype(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max(initial=0))  # each run's end less its start
 
 
 @pytest.mark.parametrize("seed", range(40))
