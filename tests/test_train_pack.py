@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -83,3 +84,39 @@ def test_wheels_are_downloaded_into_an_emptied_folder(tmp_path: Path) -> None:
     download_wheels(wheels, run=pip)
     assert [p.name for p in wheels.iterdir()] == ["httpx2-2.17.0-py3-none-any.whl"]
     assert asked[0][2:4] == ["pip", "download"] and any(pin.startswith("transformers==") for pin in asked[0])
+
+
+FAKE_PYTHON = """#!/bin/bash
+# Stands in for the GPU box's python3: pip takes a second to install, the trainer does nothing.
+if [ "$1 $2" = "-m pip" ]; then
+    echo pip >> "$PIP_LOG"
+    sleep 1
+    mkdir -p "$TRAIN_SITE"
+fi
+exit 0
+"""
+
+
+def test_runs_started_side_by_side_install_the_wheels_once(tmp_path: Path) -> None:
+    carry = tmp_path / "repo" / ".train-carry"
+    (carry / "wheels").mkdir(parents=True)
+    (carry / "wheels" / "a.whl").write_bytes(b"")
+    (carry / "run.sh").write_text(RUN_SH, encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    pip_log = tmp_path / "pip.log"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PIP_LOG": str(pip_log),
+        "TRAIN_SITE": str(tmp_path / "site"),
+    }
+    env.pop("OUT", None)
+    runs = [
+        subprocess.Popen(["bash", str(carry / "run.sh")], env={**env, "RUN_DIR": str(tmp_path / f"run{n}")})
+        for n in range(2)
+    ]
+    assert [run.wait(timeout=60) for run in runs] == [0, 0]
+    assert pip_log.read_text().splitlines() == ["pip"]  # the second waited, then found it installed

@@ -111,10 +111,14 @@ REPO=$(cd "$HERE/.." && pwd)
 SITE=${TRAIN_SITE:-/tmp/trainsite}
 RUN=${RUN_DIR:-/tmp/vlmrun}
 export PYTHONUNBUFFERED=1
-if [ ! -e "$SITE/.installed" ]; then
-    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels*/*.whl
-    touch "$SITE/.installed"
-fi
+# Under a lock: runs started side by side (box.sh's SEEDS) would otherwise install into one folder at once.
+(
+    flock 9
+    if [ ! -e "$SITE/.installed" ]; then
+        python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels*/*.whl
+        touch "$SITE/.installed"
+    fi
+) 9> "$SITE.lock"
 export PYTHONPATH="$SITE:$REPO"
 cd "$REPO"
 mkdir -p "$RUN"
