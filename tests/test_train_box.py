@@ -16,6 +16,7 @@ FAKE_RUN = """#!/bin/bash
 set -e
 printf '%s\\n' "$@" > "$OUT/args.txt"
 echo "MINUTES=$MINUTES" > "$OUT/env.txt"
+echo "$RUN_DIR" > "$OUT/run_dir.txt"
 echo "[ 1.0s] final step 5" > "$OUT/console.txt"
 echo part > "$OUT/hf_bf16.tgz.part-aa"
 """
@@ -111,3 +112,56 @@ def test_start_begins_a_new_run_not_the_last_runs_checkpoint(tmp_path: Path) -> 
     assert _box(checkout, env, "finish").returncode == 0
     assert not (run_dir / "checkpoint").exists()
     assert (run_dir / "hf" / "config.json").exists()  # the last export, which --init-from names
+
+
+def test_seeds_start_one_run_each_side_by_side_and_finish_collects_every_export(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dir = tmp_path / "vlmrun"
+    (run_dir / "seed-52" / "checkpoint").mkdir(parents=True)  # a last run's, on the same box
+    env = {
+        **os.environ,
+        "BOX": str(tmp_path / "box"),
+        "OUT": str(out),
+        "RUN_DIR": str(run_dir),
+        "SEEDS": "51 52",
+        "MINUTES": "4",
+    }
+    assert _box(checkout, env, "stash").returncode == 0
+    started = _box(checkout, env, "start", "--lr", "3e-5")
+    assert started.returncode == 0, started.stderr
+    finished = _box(checkout, env, "finish")
+    assert finished.returncode == 0, finished.stderr
+    for seed in ("51", "52"):
+        run_out = tmp_path / "box" / "trainout" / f"seed-{seed}"
+        assert (run_out / "args.txt").read_text().splitlines() == ["--lr", "3e-5", "--seed", seed]
+        assert (run_out / "run_dir.txt").read_text().strip() == str(run_dir / f"seed-{seed}")
+        assert (run_out / "env.txt").read_text() == "MINUTES=4\n"
+        assert (out / f"seed-{seed}" / "hf_bf16.tgz.part-aa").read_text() == "part\n"
+    assert not (run_dir / "seed-52" / "checkpoint").exists()
+    assert not list(out.glob("hf_bf16.tgz.part-*"))  # each export in its seed's folder, none loose
+    assert _box(checkout, env, "poll", "0").stdout.count("final step 5") == 2
+    with tarfile.open(out / "logs.tgz") as logs:
+        assert {"trainout/seed-51/console.txt", "trainout/seed-52/console.txt"} <= set(logs.getnames())
+
+
+def test_a_seed_whose_run_fails_makes_finish_fail(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    # Every run writes its export; the one given --seed 52 (its last option) then fails.
+    failing_second = '#!/bin/bash\necho part > "$OUT/hf_bf16.tgz.part-aa"\n[ "${*: -1}" = 51 ] || exit 3\n'
+    (checkout / ".train-carry" / "run.sh").write_text(failing_second)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        **os.environ,
+        "BOX": str(tmp_path / "box"),
+        "OUT": str(out),
+        "RUN_DIR": str(tmp_path / "vlmrun"),
+        "SEEDS": "51 52",
+    }
+    assert _box(checkout, env, "stash").returncode == 0
+    assert _box(checkout, env, "start").returncode == 0
+    finished = _box(checkout, env, "finish")
+    assert finished.returncode == 3 and "seed-52" in finished.stderr
+    assert not list(out.rglob("hf_bf16.tgz.part-*"))  # nothing collected while a run failed

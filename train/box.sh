@@ -10,6 +10,12 @@
 # start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
 # $BOX/init/hf_bf16 for `--init-from`. The box keeps $BOX only while it is held: on a box given back
 # and started afresh, poll and finish exit at once with code 4.
+#
+# SEEDS="51 52" start runs the same options once per seed, side by side on the one GPU, each with
+# `--seed S` added, RUN_DIR/seed-S as its run folder and WORKERS data workers (so WORKERS=7 for two
+# on 16 cores); finish then copies each export's parts to $OUT/seed-S/. A lone run of this small
+# model leaves the GPU half idle, so two train at about three quarters of one's speed each
+# (train/README.md, "Two seeds at once"), and one run against one other does not rank two recipes.
 set -euo pipefail
 BOX=${BOX:-/tmp/box}
 RUNOUT=$BOX/trainout
@@ -22,6 +28,17 @@ require_run() {
     echo "no run on this box: it was given back since start, or start was never called" >&2
     exit 4
 }
+# Starts run.sh in the background, outliving this call: output folder (under $BOX), run folder, options.
+launch() {
+    mkdir -p "$BOX/$1"
+    echo "$1" >> "$BOX/runs"
+    # A run started here is a new one: train_vlm resumes from a checkpoint in its --out (run.sh's
+    # RUN_DIR) before it looks at --init-from, so a second start on the same box would go on with
+    # the last run's schedule. Its export (hf/) stays, for --init-from or a bench.
+    rm -rf "$2/checkpoint"
+    setsid nohup bash -c "cd '$BOX/repo' && OUT='$BOX/$1' RUN_DIR='$2' bash .train-carry/run.sh $3 \
+        >> '$BOX/run.log' 2>&1; echo \$? > '$BOX/$1/done'" < /dev/null > /dev/null 2>&1 &
+}
 case $verb in
 stash)
     mkdir -p "$BOX/repo/.train-carry"
@@ -31,32 +48,49 @@ start)
     test -x "$BOX/repo/.train-carry/run.sh" || { echo "stash .train-carry/ first" >&2; exit 2; }
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
-    # A run started here is a new one: train_vlm resumes from a checkpoint in its --out (run.sh's
-    # RUN_DIR) before it looks at --init-from, so a second start on the same box would go on with
-    # the last run's schedule. Its export (hf/) stays, for --init-from or a bench.
-    rm -rf "${RUN_DIR:-/tmp/vlmrun}/checkpoint"
     tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
-    args=$(printf '%q ' "$@")  # quoted again for the inner shell
+    args=""  # the options, quoted again for the inner shell (printf alone would quote an empty one)
+    (($#)) && args=$(printf '%q ' "$@")
     : > "$BOX/run.log"  # here, not in the background: it marks the run started for poll and finish
-    setsid nohup bash -c "cd '$BOX/repo' && OUT='$RUNOUT' bash .train-carry/run.sh $args \
-        >> '$BOX/run.log' 2>&1; echo \$? > '$RUNOUT/done'" < /dev/null > /dev/null 2>&1 &
+    : > "$BOX/runs"  # each run's output folder under $BOX, one a line, for poll and finish
+    run_dir=${RUN_DIR:-/tmp/vlmrun}
+    if [ -n "${SEEDS:-}" ]; then
+        for seed in $SEEDS; do
+            launch "trainout/seed-$seed" "$run_dir/seed-$seed" "$args--seed $seed"
+        done
+    else
+        launch trainout "$run_dir" "$args"
+    fi
     echo "started; init export in $BOX/init/hf_bf16" ;;
 poll)
     require_run
     sleep "${1:-530}"
-    tail -n 4 "$RUNOUT/console.txt" 2>/dev/null || tail -n 4 "$BOX/run.log"
+    while read -r run; do
+        tail -n 4 "$BOX/$run/console.txt" 2>/dev/null || tail -n 4 "$BOX/run.log"
+    done < "$BOX/runs"
     # The GPU's own count (every process on it), beside the trainer's torch peak in the console.
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     fi ;;
 finish)
     require_run
-    while [ ! -e "$RUNOUT/done" ]; do sleep 5; done
-    tail -n 6 "$RUNOUT/console.txt" 2>/dev/null || tail -n 6 "$BOX/run.log"
-    tar -C "$BOX" -czf "${OUT:?}/logs.tgz" run.log trainout/console.txt trainout/train.log 2>/dev/null || true
-    code=$(cat "$RUNOUT/done")
-    [ "$code" = 0 ] || { echo "run.sh exited with $code (logs.tgz has its log)" >&2; exit "$code"; }
-    cp "$RUNOUT"/hf_bf16.tgz.part-* "$OUT/" ;;
+    mapfile -t runs < "$BOX/runs"
+    logs=(run.log)
+    for run in "${runs[@]}"; do
+        while [ ! -e "$BOX/$run/done" ]; do sleep 5; done
+        tail -n 6 "$BOX/$run/console.txt" 2>/dev/null || tail -n 6 "$BOX/run.log"
+        logs+=("$run/console.txt" "$run/train.log")
+    done
+    tar -C "$BOX" -czf "${OUT:?}/logs.tgz" --ignore-failed-read "${logs[@]}" 2>/dev/null || true
+    for run in "${runs[@]}"; do
+        code=$(cat "$BOX/$run/done")
+        [ "$code" = 0 ] || { echo "run.sh exited with $code in $run (logs.tgz has its log)" >&2; exit "$code"; }
+    done
+    for run in "${runs[@]}"; do
+        into=$OUT/${run#trainout}  # $OUT itself for a lone run, $OUT/seed-S/ for each of SEEDS
+        mkdir -p "$into"
+        cp "$BOX/$run"/hf_bf16.tgz.part-* "$into/"
+    done ;;
 *)
     echo "unknown verb $verb" >&2; exit 2 ;;
 esac
