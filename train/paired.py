@@ -4,14 +4,9 @@
 
 A and B are reads of the same crops: `train.eval_lines --out` files (the line reader's) or `bench.vlm_lines
 --save-hints` files (the ONNX reader's). Prints each one's CER (whitespace-free and spaced, as
-`train.eval_lines` counts them) and B's less A's with a 95% interval from a paired bootstrap.
-
-Pages are what is resampled, not lines: a receipt's lines share its print, paper and faces, so a
-reader that misreads one face misreads a page's worth of lines at once, and resampling lines would
-make a difference carried by two or three receipts look sure. Both readers are scored on the same
-resampled pages (paired), so what the pages share cancels out. The interval is the bootstrap's
-percentile interval (scipy.stats.bootstrap): BCa's correction needs a jackknife over the pages and
-fails when most resamples tie, as two readers differing on one page do.
+`train.eval_lines` counts them) and B's less A's with a 95% interval from a paired bootstrap over
+the receipts the crops were cut from (bench.page_bootstrap: a receipt's lines share its print and
+faces, so receipts are resampled, not lines).
 """
 
 from __future__ import annotations
@@ -20,38 +15,13 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from rapidfuzz.distance import Levenshtein
-from scipy import stats
 
+from bench.page_bootstrap import Difference, PageCounts, compare
+from bench.page_bootstrap import page_counts as counts_of
 from bench.text_forms import normalize, normalize_spaced
-
-
-@dataclass(frozen=True)
-class PageCounts:
-    """Per page, in one order: each reader's edits and the truth's characters."""
-
-    pages: list[str]
-    edits_a: np.ndarray
-    edits_b: np.ndarray
-    chars: np.ndarray
-
-
-@dataclass(frozen=True)
-class Difference:
-    """B's CER less A's over the pages, with its bootstrap interval and how often B came out ahead."""
-
-    cer_a: float
-    cer_b: float
-    difference: float
-    low: float
-    high: float
-    b_better_share: float  # of the resamples, those where B's CER was below A's
-    pages: int
-    resamples: int
 
 
 def load_truths(crops: Path) -> dict[str, tuple[str, str]]:
@@ -80,14 +50,14 @@ def page_counts(
     reads_b: Mapping[str, str],
     spaced: bool = False,
 ) -> PageCounts:
-    """Each page's edits by A and by B and its truth's characters, over the crops both read."""
+    """Each receipt's edits by A and by B and its truth's characters, over the crops both read."""
     files = [name for name in truths if name in reads_a and name in reads_b]
     if not files:
         raise ValueError("the two reads share no crop of this folder")
     norm = normalize_spaced if spaced else normalize
     pages = sorted({truths[name][0] for name in files})
     index = {page: position for position, page in enumerate(pages)}
-    edits_a, edits_b, chars = (np.zeros(len(pages)) for _ in range(3))
+    edits_a, edits_b, chars = ([0] * len(pages) for _ in range(3))
     for name in files:
         page, truth = truths[name]
         want = norm(truth, True)
@@ -95,60 +65,17 @@ def page_counts(
         edits_a[at] += Levenshtein.distance(norm(reads_a[name], True), want)
         edits_b[at] += Levenshtein.distance(norm(reads_b[name], True), want)
         chars[at] += len(want)
-    return PageCounts(pages, edits_a, edits_b, chars)
-
-
-def _difference(edits_a: np.ndarray, edits_b: np.ndarray, chars: np.ndarray, axis: int = -1) -> np.ndarray:
-    """B's CER less A's, micro-averaged over the pages along `axis` (vectorised for the bootstrap)."""
-    return np.asarray(
-        (edits_b.sum(axis=axis) - edits_a.sum(axis=axis)) / np.maximum(chars.sum(axis=axis), 1.0)
-    )
-
-
-def compare(counts: PageCounts, resamples: int = 9999, seed: int = 0) -> Difference:
-    """B's CER less A's with a 95% paired bootstrap interval over the pages."""
-    data = (counts.edits_a, counts.edits_b, counts.chars)
-    chars = max(float(counts.chars.sum()), 1.0)
-    cer_a, cer_b = float(counts.edits_a.sum()) / chars, float(counts.edits_b.sum()) / chars
-    if len(counts.pages) < 2:  # nothing to resample: the difference is all there is
-        point = cer_b - cer_a
-        return Difference(cer_a, cer_b, point, point, point, float(point < 0), len(counts.pages), 0)
-    result = stats.bootstrap(
-        data,
-        _difference,
-        paired=True,
-        vectorized=True,
-        n_resamples=resamples,
-        confidence_level=0.95,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    interval = result.confidence_interval
-    return Difference(
-        cer_a,
-        cer_b,
-        cer_b - cer_a,
-        float(interval.low),
-        float(interval.high),
-        float(np.mean(result.bootstrap_distribution < 0)),
-        len(counts.pages),
-        resamples,
-    )
+    return counts_of(edits_a, edits_b, chars)
 
 
 def describe(name_a: str, name_b: str, whitespace_free: Difference, spaced: Difference) -> list[str]:
     """The report's lines: both readers' CER, then B's less A's with its interval, each way of counting."""
-    lines = [
+    return [
         f"A {name_a}: {whitespace_free.cer_a:.2%} / {spaced.cer_a:.2%} spaced",
         f"B {name_b}: {whitespace_free.cer_b:.2%} / {spaced.cer_b:.2%} spaced",
+        f"B - A, whitespace-free: {whitespace_free.described()}",
+        f"B - A, spaced: {spaced.described()}",
     ]
-    for label, result in (("whitespace-free", whitespace_free), ("spaced", spaced)):
-        lines.append(
-            f"B - A, {label}: {result.difference * 100:+.2f} points, 95% interval "
-            f"{result.low * 100:+.2f} to {result.high * 100:+.2f} ({result.pages} pages resampled "
-            f"{result.resamples:,} times); B better in {result.b_better_share:.1%} of them"
-        )
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
