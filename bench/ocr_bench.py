@@ -53,6 +53,7 @@ from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.variants import variant_cascade_config, variant_engine_config, variant_rasterize_config
+from bench.page_bootstrap import against_best_other
 from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
@@ -209,6 +210,18 @@ def summarize(run: EngineRun) -> dict[str, Any]:
     }
 
 
+def print_against(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        for label in ("whitespace-free", "spaced"):
+            d = row[label]
+            print(
+                f"{row['engine']} - {row['against']} (the lowest CER of the others), {label}: "
+                f"{d['difference'] * 100:+.2f} points, 95% interval {d['low'] * 100:+.2f} to "
+                f"{d['high'] * 100:+.2f} over {d['pages']} pages; ours better in {d['b_better_share']:.1%} "
+                "of the resamples"
+            )
+
+
 def print_rss(peaks: dict[str, tuple[int, int]], pages: int) -> None:
     print(f"\n== peak RSS (MiB), each variant alone in a child process, {pages} page(s) read ==")
     width = max([10, *(len(name) for name in peaks)])
@@ -304,11 +317,16 @@ def bench_dataset(
     runs = [*ours_runs.values(), *peer_runs.values(), *([tess] if use_tesseract else [])]
     summaries = [summarize(run) for run in runs]
     print_tables(folder.name, summaries)
+    against = against_best_other(
+        {run.engine: run.scores for run in runs}, [run.engine for run in runs if run.engine.startswith(OURS)]
+    )
+    print_against(against)
     return {
         "dataset": folder.name,
         "case_insensitive": case_insensitive,
         "tesseract_lang": lang if use_tesseract else None,
         "summaries": summaries,
+        "against_best_other": against,
         "pages": {
             run.engine: [
                 {"page": name, "seconds": sec, **asdict(score)}

@@ -10,10 +10,14 @@ on one page do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from bench.scoring import PageScore, micro_average
 
 
 @dataclass(frozen=True)
@@ -93,3 +97,43 @@ def compare(counts: PageCounts, resamples: int = 9999, seed: int = 0) -> Differe
         pages,
         resamples,
     )
+
+
+def scores_difference(a: Sequence[PageScore], b: Sequence[PageScore]) -> dict[str, Difference]:
+    """B's page scores against A's (the same pages in one order), whitespace-free and spaced."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} pages against {len(b)}: both readings must score the same pages")
+    return {
+        "whitespace-free": compare(
+            page_counts([s.geo_errors for s in a], [s.geo_errors for s in b], [s.gt_chars for s in a])
+        ),
+        "spaced": compare(
+            page_counts(
+                [s.geo_errors_spaced for s in a],
+                [s.geo_errors_spaced for s in b],
+                [s.gt_chars_spaced for s in a],
+            )
+        ),
+    }
+
+
+def against_best_other(
+    scores: Mapping[str, Sequence[PageScore]], ours: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each of `ours` against the engine outside it with the lowest CER, over the same pages.
+
+    Beating the best peer on whole pages is the bar; a gap of a few edits over a set may be the
+    luck of the pages drawn, hence the interval. B is ours: a negative difference, ours reads better.
+    """
+    others = [name for name in scores if name not in ours]
+    if not others:
+        return []
+    best = min(others, key=lambda name: micro_average(scores[name]).cer_geo)
+    return [
+        {
+            "engine": name,
+            "against": best,
+            **{label: asdict(d) for label, d in scores_difference(scores[best], scores[name]).items()},
+        }
+        for name in ours
+    ]

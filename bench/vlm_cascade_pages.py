@@ -40,7 +40,7 @@ from appliance.engines.factory import build_engine
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.pipeline.cascade import AUTO_MAX_CHANGES, Cascade, changed_characters
 from bench.ocr_bench import load_dataset
-from bench.page_bootstrap import Difference, compare, page_counts
+from bench.page_bootstrap import scores_difference
 from bench.scoring import PageScore, TextLine, micro_average, score_page
 from bench.vlm_lines import max_changes_option
 
@@ -154,7 +154,7 @@ def main() -> None:
         figures = micro_average(scores[name])
         mean_ms = sum(vlm_ms[name]) / max(len(vlm_ms[name]), 1)
         mean_decode = sum(decode_ms[name]) / max(len(decode_ms[name]), 1)
-        against = _against_onnx(onnx_scores, scores[name])
+        against = scores_difference(onnx_scores, scores[name])
         report[name] = {
             "vlm_ms_mean": mean_ms,
             "decode_ms_mean": mean_decode,
@@ -178,26 +178,6 @@ def main() -> None:
             )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=1), encoding="utf-8")
-
-
-def _against_onnx(onnx: list[PageScore], cascade: list[PageScore]) -> dict[str, Difference]:
-    """The cascade's CER less the ONNX read's, with a paired bootstrap interval over the pages."""
-    return {
-        "whitespace-free": compare(
-            page_counts(
-                [score.geo_errors for score in onnx],
-                [score.geo_errors for score in cascade],
-                [score.gt_chars for score in onnx],
-            )
-        ),
-        "spaced": compare(
-            page_counts(
-                [score.geo_errors_spaced for score in onnx],
-                [score.geo_errors_spaced for score in cascade],
-                [score.gt_chars_spaced for score in onnx],
-            )
-        ),
-    }
 
 
 def _text_lines(lines: list[Any]) -> list[TextLine]:

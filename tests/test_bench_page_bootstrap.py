@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.page_bootstrap import compare, page_counts
+from bench.page_bootstrap import against_best_other, compare, page_counts, scores_difference
+from bench.scoring import PageScore
 
 
 def test_a_reading_better_on_every_page_is_better_beyond_the_luck_of_the_pages() -> None:
@@ -49,3 +50,30 @@ def test_a_difference_is_described_in_points_with_its_interval() -> None:
         "-10.00 points, 95% interval -10.00 to -10.00 (4 pages resampled 99 times); "
         "B better in 100.0% of them"
     )
+
+
+def _scores(errors: list[int], chars: int = 50) -> list[PageScore]:
+    return [PageScore(chars, geo, geo, geo, chars + 10, geo + 1) for geo in errors]
+
+
+def test_each_of_ours_is_set_against_the_other_engine_with_the_lowest_cer() -> None:
+    scores = {
+        "appliance": _scores([0] * 12),
+        "appliance:fast": _scores([2] * 12),
+        "tesseract": _scores([5] * 12),
+        "ppocrv6_small": _scores([1] * 12),
+    }
+    rows = against_best_other(scores, ["appliance", "appliance:fast"])
+    assert [(row["engine"], row["against"]) for row in rows] == [
+        ("appliance", "ppocrv6_small"),
+        ("appliance:fast", "ppocrv6_small"),
+    ]
+    assert rows[0]["whitespace-free"]["difference"] == pytest.approx(-1 / 50)  # ours reads better
+    assert rows[1]["whitespace-free"]["difference"] == pytest.approx(1 / 50)
+    assert rows[0]["spaced"]["difference"] == pytest.approx(-1 / 60)  # spaced edits over spaced length
+    assert against_best_other({"appliance": _scores([0])}, ["appliance"]) == []  # nothing else ran
+
+
+def test_readings_of_different_page_counts_are_refused() -> None:
+    with pytest.raises(ValueError, match="same pages"):
+        scores_difference(_scores([1, 2]), _scores([1]))

@@ -181,10 +181,11 @@ def test_known_exceptions_still_exist() -> None:
 
 
 # bench/scoring.py is the scorer every benchmark shares, tested on its own, bench/text_forms.py
-# its text forms (train/ counts CER with them too), and bench/host_cpu.py the host's CPU counters
-# the daemon benchmark reads, tested on its own; the benchmarks themselves are programs, and a
-# test that needs one of their parts gets it moved into the package.
-BENCH_HELPERS = ("bench.scoring", "bench.text_forms", "bench.host_cpu")
+# its text forms (train/ counts CER with them too), bench/page_bootstrap.py the interval the page
+# benchmarks and train/ put on a difference of CER, and bench/host_cpu.py the host's CPU counters
+# the daemon benchmark reads, each tested on its own; the benchmarks themselves are programs, and
+# a test that needs one of their parts gets it moved into the package.
+BENCH_HELPERS = ("bench.scoring", "bench.text_forms", "bench.page_bootstrap", "bench.host_cpu")
 # tests/test_api_hostile.py drives bench/api_hostile.py's attacks at a smaller scale; both files are
 # another change's, so the import stays until those attacks move to a module of their own.
 # tests/test_bench_second_reader.py tests two benchmark tools themselves (peak RSS per variant in a
