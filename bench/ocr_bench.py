@@ -53,7 +53,7 @@ from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.variants import variant_cascade_config, variant_engine_config, variant_rasterize_config
-from bench.page_bootstrap import against_best_other
+from bench.page_bootstrap import Difference, against_best_other
 from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
@@ -213,13 +213,8 @@ def summarize(run: EngineRun) -> dict[str, Any]:
 def print_against(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         for label in ("whitespace-free", "spaced"):
-            d = row[label]
-            print(
-                f"{row['engine']} - {row['against']} (the lowest CER of the others), {label}: "
-                f"{d['difference'] * 100:+.2f} points, 95% interval {d['low'] * 100:+.2f} to "
-                f"{d['high'] * 100:+.2f} over {d['pages']} pages; ours better in {d['b_better_share']:.1%} "
-                "of the resamples"
-            )
+            described = Difference(**row[label]).described(b="ours")
+            print(f"{row['engine']} - {row['against']} (the lowest CER of the others), {label}: {described}")
 
 
 def print_rss(peaks: dict[str, tuple[int, int]], pages: int) -> None:

@@ -42,12 +42,12 @@ class Difference:
     pages: int
     resamples: int
 
-    def described(self) -> str:
-        """The difference in CER points with its interval, as the benchmarks print it."""
+    def described(self, b: str = "B") -> str:
+        """The difference in CER points with its interval, as the benchmarks print it (`b`: B's name)."""
         return (
             f"{self.difference * 100:+.2f} points, 95% interval {self.low * 100:+.2f} to "
             f"{self.high * 100:+.2f} ({self.pages} pages resampled {self.resamples:,} times); "
-            f"B better in {self.b_better_share:.1%} of them"
+            f"{b} better in {self.b_better_share:.1%} of them"
         )
 
 

@@ -169,7 +169,7 @@ def main() -> None:
             f"{figures.cer_geo_spaced:6.2%}"
         )
         for label, difference in against.items():
-            print(f"  against the ONNX read alone, {label}: {difference.described()}")
+            print(f"  against the ONNX read alone, {label}: {difference.described(b='the cascade')}")
         for label, group in report[name]["by_change"].items():
             print(
                 f"  replaced, changing {label.replace('_', ' ')} characters: {group['lines']} lines, "

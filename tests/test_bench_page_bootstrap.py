@@ -50,6 +50,9 @@ def test_a_difference_is_described_in_points_with_its_interval() -> None:
         "-10.00 points, 95% interval -10.00 to -10.00 (4 pages resampled 99 times); "
         "B better in 100.0% of them"
     )
+    assert described.replace("B better", "ours better") == compare(
+        page_counts([3] * 4, [0] * 4, [30] * 4), resamples=99
+    ).described(b="ours")
 
 
 def _scores(errors: list[int], chars: int = 50) -> list[PageScore]:
