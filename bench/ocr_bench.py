@@ -53,7 +53,7 @@ from appliance.engines.factory import build_engine
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from appliance.variants import variant_cascade_config, variant_engine_config, variant_rasterize_config
-from bench.page_bootstrap import Difference, against_best_other
+from bench.page_bootstrap import AgainstBest, against_best_other
 from bench.peers import PEERS, Reader, build_peer
 from bench.scoring import PageScore, SetScore, TextLine, micro_average, score_page
 
@@ -210,11 +210,11 @@ def summarize(run: EngineRun) -> dict[str, Any]:
     }
 
 
-def print_against(rows: list[dict[str, Any]]) -> None:
+def print_against(rows: list[AgainstBest]) -> None:
     for row in rows:
-        for label in ("whitespace-free", "spaced"):
-            described = Difference(**row[label]).described(b="ours")
-            print(f"{row['engine']} - {row['against']} (the lowest CER of the others), {label}: {described}")
+        for label, difference in row.differences.items():
+            described = difference.described(b="ours")
+            print(f"{row.engine} - {row.against} (the lowest CER of the others), {label}: {described}")
 
 
 def print_rss(peaks: dict[str, tuple[int, int]], pages: int) -> None:
@@ -321,7 +321,7 @@ def bench_dataset(
         "case_insensitive": case_insensitive,
         "tesseract_lang": lang if use_tesseract else None,
         "summaries": summaries,
-        "against_best_other": against,
+        "against_best_other": [asdict(row) for row in against],
         "pages": {
             run.engine: [
                 {"page": name, "seconds": sec, **asdict(score)}

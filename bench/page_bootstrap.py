@@ -11,8 +11,7 @@ on one page do.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -117,9 +116,16 @@ def scores_difference(a: Sequence[PageScore], b: Sequence[PageScore]) -> dict[st
     }
 
 
-def against_best_other(
-    scores: Mapping[str, Sequence[PageScore]], ours: Sequence[str]
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class AgainstBest:
+    """One of our engines against the other engine of the run with the lowest CER."""
+
+    engine: str
+    against: str
+    differences: dict[str, Difference]  # by way of counting: whitespace-free, spaced
+
+
+def against_best_other(scores: Mapping[str, Sequence[PageScore]], ours: Sequence[str]) -> list[AgainstBest]:
     """Each of `ours` against the engine outside it with the lowest CER, over the same pages.
 
     Beating the best peer on whole pages is the bar; a gap of a few edits over a set may be the
@@ -129,11 +135,4 @@ def against_best_other(
     if not others:
         return []
     best = min(others, key=lambda name: micro_average(scores[name]).cer_geo)
-    return [
-        {
-            "engine": name,
-            "against": best,
-            **{label: asdict(d) for label, d in scores_difference(scores[best], scores[name]).items()},
-        }
-        for name in ours
-    ]
+    return [AgainstBest(name, best, scores_difference(scores[best], scores[name])) for name in ours]

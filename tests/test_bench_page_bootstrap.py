@@ -67,13 +67,15 @@ def test_each_of_ours_is_set_against_the_other_engine_with_the_lowest_cer() -> N
         "ppocrv6_small": _scores([1] * 12),
     }
     rows = against_best_other(scores, ["appliance", "appliance:fast"])
-    assert [(row["engine"], row["against"]) for row in rows] == [
+    assert [(row.engine, row.against) for row in rows] == [
         ("appliance", "ppocrv6_small"),
         ("appliance:fast", "ppocrv6_small"),
     ]
-    assert rows[0]["whitespace-free"]["difference"] == pytest.approx(-1 / 50)  # ours reads better
-    assert rows[1]["whitespace-free"]["difference"] == pytest.approx(1 / 50)
-    assert rows[0]["spaced"]["difference"] == pytest.approx(-1 / 60)  # spaced edits over spaced length
+    assert rows[0].differences["whitespace-free"].difference == pytest.approx(-1 / 50)  # ours reads better
+    assert rows[1].differences["whitespace-free"].difference == pytest.approx(1 / 50)
+    assert rows[0].differences["spaced"].difference == pytest.approx(
+        -1 / 60
+    )  # spaced edits over spaced length
     assert against_best_other({"appliance": _scores([0])}, ["appliance"]) == []  # nothing else ran
 
 
