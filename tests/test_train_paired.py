@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.page_bootstrap import compare
-from train.paired import load_reads, load_truths, main, page_counts
+from train.paired import load_reads, load_truths, main, receipt_counts
 
 TRUTH = "TOTAL 12.50"
 
@@ -33,7 +33,7 @@ def _eval_out(path: Path, reads: dict[str, str]) -> Path:
 def test_a_receipts_crops_are_counted_together(tmp_path: Path) -> None:
     truths = load_truths(_crops(tmp_path, pages=2))  # p00 and p01, three crops each
     reads_a = {name: ("TOTAL 12.5O" if page == "p00" else TRUTH) for name, (page, _) in truths.items()}
-    counts = page_counts(truths, reads_a, dict.fromkeys(truths, TRUTH))
+    counts = receipt_counts(truths, reads_a, dict.fromkeys(truths, TRUTH))
     assert counts.edits_a.tolist() == [3, 0]
     assert counts.edits_b.tolist() == [0, 0]
     assert counts.chars.tolist() == [30, 30]
@@ -43,8 +43,8 @@ def test_spaces_count_only_when_counted_spaced(tmp_path: Path) -> None:
     truths = load_truths(_crops(tmp_path, pages=4))
     run_together = dict.fromkeys(truths, "TOTAL12.50")
     right = dict.fromkeys(truths, TRUTH)
-    assert compare(page_counts(truths, right, run_together), resamples=99).difference == 0.0
-    spaced = compare(page_counts(truths, right, run_together, spaced=True), resamples=99)
+    assert compare(receipt_counts(truths, right, run_together), resamples=99).difference == 0.0
+    spaced = compare(receipt_counts(truths, right, run_together, spaced=True), resamples=99)
     assert spaced.cer_b == pytest.approx(1 / 11)
 
 

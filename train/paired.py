@@ -19,8 +19,7 @@ from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
 
-from bench.page_bootstrap import Difference, PageCounts, compare
-from bench.page_bootstrap import page_counts as counts_of
+from bench.page_bootstrap import Difference, PageCounts, compare, page_counts
 from bench.text_forms import normalize, normalize_spaced
 
 
@@ -44,7 +43,7 @@ def load_reads(path: Path) -> dict[str, str]:
     raise ValueError(f"{path}: neither train.eval_lines --out nor bench.vlm_lines --save-hints")
 
 
-def page_counts(
+def receipt_counts(
     truths: Mapping[str, tuple[str, str]],
     reads_a: Mapping[str, str],
     reads_b: Mapping[str, str],
@@ -65,7 +64,7 @@ def page_counts(
         edits_a[at] += Levenshtein.distance(norm(reads_a[name], True), want)
         edits_b[at] += Levenshtein.distance(norm(reads_b[name], True), want)
         chars[at] += len(want)
-    return counts_of(edits_a, edits_b, chars)
+    return page_counts(edits_a, edits_b, chars)
 
 
 def describe(name_a: str, name_b: str, whitespace_free: Difference, spaced: Difference) -> list[str]:
@@ -92,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unread:
         parser.error(f"{len(unread)} crops of {args.crops} lack a read in A or B (the first: {unread[0]})")
     results = [
-        compare(page_counts(truths, reads_a, reads_b, spaced=spaced), args.resamples, args.seed)
+        compare(receipt_counts(truths, reads_a, reads_b, spaced=spaced), args.resamples, args.seed)
         for spaced in (False, True)
     ]
     print("\n".join(describe(str(args.a), str(args.b), *results)))
