@@ -165,3 +165,65 @@ def test_a_seed_whose_run_fails_makes_finish_fail(tmp_path: Path) -> None:
     finished = _box(checkout, env, "finish")
     assert finished.returncode == 3 and "seed-52" in finished.stderr
     assert not list(out.rglob("hf_bf16.tgz.part-*"))  # nothing collected while a run failed
+
+
+# Writes an export of three parts, as a deep model's is (three 15 MiB parts), 1,000 bytes each here.
+THREE_PARTS_RUN = """#!/bin/bash
+set -e
+for part in aa ab ac; do head -c 1000 /dev/zero > "$OUT/hf_bf16.tgz.part-$part"; done
+"""
+
+
+def _three_part_seeds(tmp_path: Path, **limits: str) -> tuple[Path, dict[str, str]]:
+    checkout = _checkout(tmp_path)
+    (checkout / ".train-carry" / "run.sh").write_text(THREE_PARTS_RUN)
+    env = {
+        **os.environ,
+        "BOX": str(tmp_path / "box"),
+        "RUN_DIR": str(tmp_path / "vlmrun"),
+        "SEEDS": "51 52",
+        **limits,
+    }
+    assert _box(checkout, env, "stash").returncode == 0
+    assert _box(checkout, env, "start").returncode == 0
+    return checkout, env
+
+
+def _call_out(tmp_path: Path, name: str, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    out = tmp_path / name
+    out.mkdir()
+    return out, {**env, "OUT": str(out)}
+
+
+def test_exports_over_the_files_a_call_brings_back_are_named_and_fetched_in_the_next(
+    tmp_path: Path,
+) -> None:
+    # logs.tgz and seed-51's three parts make 4 files; seed-52's three more would make 7, over 6.
+    checkout, env = _three_part_seeds(tmp_path, BACK_FILES="6")
+    out, call = _call_out(tmp_path, "finish-call", env)
+    finished = _box(checkout, call, "finish")
+    assert finished.returncode == 0, finished.stderr
+    assert sorted(p.name for p in (out / "seed-51").iterdir()) == [
+        "hf_bf16.tgz.part-aa",
+        "hf_bf16.tgz.part-ab",
+        "hf_bf16.tgz.part-ac",
+    ]
+    assert not (out / "seed-52").exists()
+    assert "bash train/box.sh fetch seed-52" in finished.stderr
+    assert "seed-51" not in finished.stderr
+
+    out, call = _call_out(tmp_path, "fetch-call", env)
+    fetched = _box(checkout, call, "fetch", "seed-52")
+    assert fetched.returncode == 0, fetched.stderr
+    assert [p.stat().st_size for p in sorted((out / "seed-52").iterdir())] == [1000, 1000, 1000]
+    assert _box(checkout, call, "fetch", "seed-53").returncode == 2  # no such run: said, nothing copied
+
+
+def test_exports_over_the_bytes_a_call_brings_back_wait_for_fetch(tmp_path: Path) -> None:
+    # One export's 3,000 bytes and logs.tgz fit in 5,000 bytes; a second export does not.
+    checkout, env = _three_part_seeds(tmp_path, BACK_BYTES="5000")
+    out, call = _call_out(tmp_path, "finish-call", env)
+    finished = _box(checkout, call, "finish")
+    assert finished.returncode == 0, finished.stderr
+    assert (out / "seed-51").is_dir() and not (out / "seed-52").exists()
+    assert "fetch seed-52" in finished.stderr

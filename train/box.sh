@@ -6,6 +6,7 @@
 #   bash train/box.sh start [train_vlm opts]  # copy the checkout, unpack train/weights, start run.sh
 #   bash train/box.sh poll [SECONDS]          # wait, then show the run's last lines
 #   bash train/box.sh finish                  # wait for the end, copy the export's parts and logs to $OUT
+#   bash train/box.sh fetch seed-S            # in a later call: a run's parts that finish could not bring
 #
 # start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
 # $BOX/init/hf_bf16 for `--init-from`. The box keeps $BOX only while it is held: on a box given back
@@ -16,10 +17,16 @@
 # on 16 cores); finish then copies each export's parts to $OUT/seed-S/. A lone run of this small
 # model leaves the GPU half idle, so two train at about three quarters of one's speed each
 # (train/README.md, "Two seeds at once"), and one run against one other does not rank two recipes.
+#
+# A call brings back at most BACK_FILES files and BACK_BYTES in all from $OUT (8 and 64 MiB by
+# default): two deep exports (three 15 MiB parts each) are more than that. finish copies the runs
+# whose parts fit, in order, and names the others; `fetch seed-S` in the next call brings each.
 set -euo pipefail
 BOX=${BOX:-/tmp/box}
 RUNOUT=$BOX/trainout
-verb=${1:?usage: box.sh stash|start|poll|finish}
+BACK_FILES=${BACK_FILES:-8}
+BACK_BYTES=${BACK_BYTES:-67108864}
+verb=${1:?usage: box.sh stash|start|poll|finish|fetch}
 shift
 # A box given back between two calls comes back fresh, with no run: poll and finish say so at once
 # instead of sleeping (or waiting for ever) on a box that holds nothing.
@@ -86,11 +93,32 @@ finish)
         code=$(cat "$BOX/$run/done")
         [ "$code" = 0 ] || { echo "run.sh exited with $code in $run (logs.tgz has its log)" >&2; exit "$code"; }
     done
+    left=()
     for run in "${runs[@]}"; do
+        parts=("$BOX/$run"/hf_bf16.tgz.part-*)
+        size=$(cat "${parts[@]}" | wc -c)
+        files=$(find "$OUT" -type f | wc -l)
+        taken=$(find "$OUT" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+        if ((files + ${#parts[@]} > BACK_FILES || taken + size > BACK_BYTES)); then
+            name=${run#trainout}
+            left+=("${name#/}")  # empty for a lone run
+            continue
+        fi
         into=$OUT/${run#trainout}  # $OUT itself for a lone run, $OUT/seed-S/ for each of SEEDS
         mkdir -p "$into"
-        cp "$BOX/$run"/hf_bf16.tgz.part-* "$into/"
+        cp "${parts[@]}" "$into/"
+    done
+    for run in "${left[@]}"; do
+        echo "the export of ${run:-the run} is more than this call brings back:" \
+            "bash train/box.sh fetch $run in the next call" >&2
     done ;;
+fetch)
+    require_run
+    run=${1:-}  # seed-S, or nothing for a lone run
+    parts=("$RUNOUT/${run:+$run/}"hf_bf16.tgz.part-*)
+    [ -e "${parts[0]}" ] || { echo "no export of ${run:-a lone run} on this box" >&2; exit 2; }
+    mkdir -p "$OUT/$run"
+    cp "${parts[@]}" "$OUT/$run/" ;;
 *)
     echo "unknown verb $verb" >&2; exit 2 ;;
 esac
