@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from train.eval_lines import by_truth_char, cer, char_width_band, compare_by, edit_breakdown, length_band
+import cv2
+import numpy as np
+
+from appliance.engines.vlm_gguf.line_image import drawn_width
+from train.eval_lines import (
+    by_truth_char,
+    cer,
+    char_width_band,
+    compare_by,
+    edit_breakdown,
+    ink_fill_band,
+    length_band,
+)
+from train.render import prepare_line
 from train.text_source import letter_case
 
 
@@ -82,6 +95,36 @@ def test_narrow_print_is_told_by_the_pixels_each_printed_character_gets() -> Non
     assert char_width_band(359, "RM 12.50 CASH 1.00 ") == "0-19 px a character"
     assert char_width_band(26 * 4, "TOTA") == "26-31 px a character"
     assert char_width_band(1120, "5") == "32+ px a character"
+
+
+def _crop(rows: int, paper: int = 255, ink: int = 0) -> np.ndarray:
+    """A 3-channel crop `rows` tall holding TOTAL 12.50, about rows 30 to 52 (cap tops to baseline)."""
+    crop = np.full((rows, 240, 3), paper, dtype=np.uint8)
+    cv2.putText(crop, "TOTAL 12.50", (4, 50), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (ink, ink, ink), 2)
+    return crop
+
+
+def _band_of(crop: np.ndarray) -> str:
+    width = drawn_width(crop.shape[0], crop.shape[1], 3.0)
+    return ink_fill_band(prepare_line(crop, 3.0), width)
+
+
+def test_the_ink_fill_band_tells_tight_and_neighboured_crops_from_loose_ones() -> None:
+    loose = _crop(80)  # the print's rows (about 30-52) take little more than a quarter of 80
+    assert _band_of(loose) == "ink over 0-74% of the height"
+    ink_rows = np.flatnonzero((loose < 128).any(axis=(1, 2)))
+    tight = loose[ink_rows[0] : ink_rows[-1] + 1]
+    assert _band_of(tight) == "ink over 95+% of the height"
+    neighboured = loose.copy()
+    neighboured[:3, 20:200:9] = 0  # the descenders of the line above, cut by the box's top
+    neighboured[-3:, 30:210:11] = 0  # and the ascenders of the line below
+    assert _band_of(neighboured) == "ink over 95+% of the height"
+    # A dark scan: ink is told by its distance from the paper, not by a level (the paper, 110, is
+    # darker than half of 255 everywhere).
+    grey = _crop(80, paper=110, ink=20)
+    grey_rows = np.flatnonzero((grey < 65).any(axis=(1, 2)))
+    assert _band_of(grey[grey_rows[0] - 3 : grey_rows[-1] + 4]) == "ink over 75-94% of the height"
+    assert _band_of(np.full((40, 240, 3), 255, dtype=np.uint8)) == "ink over 0-74% of the height"
 
 
 def test_marks_are_counted_where_the_truth_has_them_and_where_the_read_adds_them() -> None:

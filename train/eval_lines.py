@@ -127,6 +127,23 @@ def char_width_band(width: int, truth: str, bands: Sequence[int] = CHAR_WIDTH_BA
     return f"{_band(width / max(1, len(truth.strip())), bands)} px a character"
 
 
+INK_FILL_BANDS = (0, 75, 95)  # percent of a line image's rows from its first inked row to its last
+
+
+def ink_fill_band(image: np.ndarray, width: int, bands: Sequence[int] = INK_FILL_BANDS) -> str:
+    """The band of `bands` that the rows from the line image's first inked row to its last fall in.
+
+    `image` is the prepared line (`prepare_line`: 28 rows, the line in its first `width` columns).
+    A row is inked where 1% of its pixels are darker than the paper (the image's 90th percentile)
+    by more than 60 of 255. Ink over the whole height is a box cut tight to the print, or one that
+    took in its neighbours' ascenders and descenders; a reader that loses there is shown so.
+    """
+    gray = image[:, :width].mean(axis=2) if image.ndim == 3 else image[:, :width].astype(float)
+    inked = np.flatnonzero(((np.percentile(gray, 90) - gray) > 60).mean(axis=1) >= 0.01)
+    share = 0.0 if inked.size == 0 else (inked[-1] - inked[0] + 1) / gray.shape[0]
+    return f"ink over {_band(100 * share, bands)}% of the height"
+
+
 def compare_by(
     keys: Sequence[str], truths: Sequence[str], reads: Sequence[str], others: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -257,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         type=Path,
         help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
-        "by how the line is printed (its case in that text) and by the pixels a character gets",
+        "by how the line is printed (its case in that text), by the pixels a character gets and by "
+        "how much of the line image's height its ink spans",
     )
     args = parser.parse_args(argv)
     import torch
@@ -296,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             [length_band(truth) for truth in truths],
             [letter_case(text) for text in other_texts],
             [char_width_band(c[3], c[1]) for c in crops],
+            [ink_fill_band(c[2], c[3]) for c in crops],
         ):
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
