@@ -15,8 +15,9 @@
 # SEEDS="51 52" start runs the same options once per seed, side by side on the one GPU, each with
 # `--seed S` added, RUN_DIR/seed-S as its run folder and WORKERS data workers (so WORKERS=7 for two
 # on 16 cores); finish then copies each export's parts to $OUT/seed-S/. A lone run of this small
-# model leaves the GPU half idle, so two train at about three quarters of one's speed each
-# (train/README.md, "Two seeds at once"), and one run against one other does not rank two recipes.
+# model leaves the GPU half idle, so two train at three quarters of one's speed each or more
+# (train/README.md, "Two seeds at once" and "Six runs on from K"), and one run against one other
+# does not rank two recipes.
 #
 # A call brings back at most BACK_FILES files and BACK_BYTES in all from $OUT (8 and 64 MiB by
 # default): two deep exports (three 15 MiB parts each) are more than that. finish copies the runs
