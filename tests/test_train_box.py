@@ -227,3 +227,19 @@ def test_exports_over_the_bytes_a_call_brings_back_wait_for_fetch(tmp_path: Path
     assert finished.returncode == 0, finished.stderr
     assert (out / "seed-51").is_dir() and not (out / "seed-52").exists()
     assert "fetch seed-52" in finished.stderr
+
+
+def test_a_lone_runs_export_over_what_a_call_brings_back_is_fetched_by_fetch_alone(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    (checkout / ".train-carry" / "run.sh").write_text(THREE_PARTS_RUN)
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "RUN_DIR": str(tmp_path / "vlmrun")}
+    assert _box(checkout, env, "stash").returncode == 0
+    assert _box(checkout, env, "start").returncode == 0
+    out, call = _call_out(tmp_path, "finish-call", {**env, "BACK_FILES": "3"})  # logs.tgz + 3 parts
+    finished = _box(checkout, call, "finish")
+    assert finished.returncode == 0, finished.stderr
+    assert "bash train/box.sh fetch in the next call" in finished.stderr
+    assert not list(out.rglob("hf_bf16.tgz.part-*"))
+    out, call = _call_out(tmp_path, "fetch-call", env)
+    assert _box(checkout, call, "fetch").returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == [f"hf_bf16.tgz.part-{s}" for s in ("aa", "ab", "ac")]

@@ -111,7 +111,7 @@ finish)
     done
     for run in "${left[@]}"; do
         echo "the export of ${run:-the run} is more than this call brings back:" \
-            "bash train/box.sh fetch $run in the next call" >&2
+            "bash train/box.sh fetch${run:+ $run} in the next call" >&2
     done ;;
 fetch)
     require_run
