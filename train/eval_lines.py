@@ -37,10 +37,14 @@ def edit_count(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> int:
     return sum(Levenshtein.distance(norm(t, True), norm(h, True)) for t, h in pairs)
 
 
+def char_count(truth: str, spaced: bool = False) -> int:
+    """The characters `edit_count` scores a truth over: whitespace-free unless `spaced`."""
+    return len((normalize_spaced if spaced else normalize)(truth, True))
+
+
 def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
     """Micro-averaged, case-insensitive CER over (truth, hypothesis) pairs: edits / truth characters."""
-    norm = normalize_spaced if spaced else normalize
-    chars = sum(len(norm(t, True)) for t, _ in pairs)
+    chars = sum(char_count(t, spaced) for t, _ in pairs)
     return edit_count(pairs, spaced) / max(chars, 1)
 
 

@@ -2,11 +2,12 @@
 
     python -m train.paired --crops CROPS A B [--resamples 9999] [--seed 0]
 
-A and B are reads of the same crops: `train.eval_lines --out` files (the line reader's) or `bench.vlm_lines
---save-hints` files (the ONNX reader's). Prints each one's CER (whitespace-free and spaced, as
-`train.eval_lines` counts them) and B's less A's with a 95% interval from a paired bootstrap over
-the receipts the crops were cut from (bench.page_bootstrap: a receipt's lines share its print and
-faces, so receipts are resampled, not lines).
+A and B are reads of the same crops: `train.eval_lines --out` files (the line reader's) or
+`bench.vlm_lines --save-hints` files (the ONNX reader's). Prints each one's CER (whitespace-free
+and spaced, counted with `train.eval_lines`' edit_count and char_count) and B's less A's with a
+95% interval from a paired bootstrap over the receipts the crops were cut from
+(bench.page_bootstrap: a receipt's lines share its print and faces, so receipts are resampled,
+not lines).
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rapidfuzz.distance import Levenshtein
-
 from bench.page_bootstrap import Difference, PageCounts, compare, page_counts
-from bench.text_forms import normalize, normalize_spaced
+from train.eval_lines import char_count, edit_count
 
 
 def load_truths(crops: Path) -> dict[str, tuple[str, str]]:
@@ -53,17 +52,15 @@ def receipt_counts(
     files = [name for name in truths if name in reads_a and name in reads_b]
     if not files:
         raise ValueError("the two reads share no crop of this folder")
-    norm = normalize_spaced if spaced else normalize
     pages = sorted({truths[name][0] for name in files})
     index = {page: position for position, page in enumerate(pages)}
     edits_a, edits_b, chars = ([0] * len(pages) for _ in range(3))
     for name in files:
         page, truth = truths[name]
-        want = norm(truth, True)
         at = index[page]
-        edits_a[at] += Levenshtein.distance(norm(reads_a[name], True), want)
-        edits_b[at] += Levenshtein.distance(norm(reads_b[name], True), want)
-        chars[at] += len(want)
+        edits_a[at] += edit_count([(truth, reads_a[name])], spaced)
+        edits_b[at] += edit_count([(truth, reads_b[name])], spaced)
+        chars[at] += char_count(truth, spaced)
     return page_counts(edits_a, edits_b, chars)
 
 
