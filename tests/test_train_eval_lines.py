@@ -14,6 +14,7 @@ from train.eval_lines import (
     edit_breakdown,
     ink_fill_band,
     length_band,
+    lines_read_worse,
 )
 from train.render import prepare_line
 from train.text_source import letter_case
@@ -139,3 +140,18 @@ def test_marks_are_counted_where_the_truth_has_them_and_where_the_read_adds_them
     assert counts["@"] == {"in_truths": 1, "wrong": 1, "lines_added": 0}
     assert counts["%"] == {"in_truths": 2, "wrong": 0, "lines_added": 0}
     assert counts["0"] == {"in_truths": 1, "wrong": 0, "lines_added": 1}  # GST06% holds a zero more
+
+
+def test_the_lines_read_worse_than_another_reader_are_listed_by_the_edits_beyond_its() -> None:
+    lines = [
+        ("a.jpg", "TOTAL 12.50", "total 12 50", "TOTAL 12.50"),  # one edit; the other none
+        ("b.jpg", "CASH", "CASH", "CA5H"),  # read better than the other: not listed
+        ("c.jpg", "GUARDIAN", "bUard1an", "GUARD1AN"),  # two edits against one (case aside)
+        ("d.jpg", "0.00", "O.OO", "O.OO"),  # as wrong as the other: not listed
+        ("e.jpg", "POINTS MISSED:", "Points Hissid'S", "Points Missed:"),  # four against none
+    ]
+    assert lines_read_worse(lines) == [
+        (4, "e.jpg", "POINTS MISSED:", "Points Hissid'S", "Points Missed:"),
+        (1, "a.jpg", "TOTAL 12.50", "total 12 50", "TOTAL 12.50"),
+        (1, "c.jpg", "GUARDIAN", "bUard1an", "GUARD1AN"),
+    ]

@@ -184,6 +184,20 @@ def worst_lines(lines: Sequence[tuple[str, str, str]], count: int) -> list[tuple
     return sorted(scored, key=lambda line: -line[0])[:count]
 
 
+def lines_read_worse(lines: Sequence[tuple[str, str, str, str]]) -> list[tuple[int, str, str, str, str]]:
+    """Of (file, truth, read, other reader's read) lines, those read worse than the other read them.
+
+    Each as (edits beyond the other's, file, truth, read, other's read), most beyond first: where a
+    reader loses to another line by line, to look at the crops themselves.
+    """
+    worse = []
+    for name, truth, read, other in lines:
+        beyond = edit_count([(truth, read)]) - edit_count([(truth, other)])
+        if beyond > 0:
+            worse.append((beyond, name, truth, read, other))
+    return sorted(worse, key=lambda line: -line[0])
+
+
 def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
     """The model (eval mode) and tokenizer of an export written by train.train_vlm."""
     from transformers import AutoTokenizer, Qwen2VLForConditionalGeneration
@@ -281,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         "by how the line is printed (its case in that text), by the pixels a character gets and by "
         "how much of the line image's height its ink spans",
     )
+    parser.add_argument(
+        "--lost",
+        action="store_true",
+        help="with --against: print every line read worse than the other reader read it, with its bands",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -314,14 +333,24 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             parser.error(f"--against has no read for {len(missing)} crops (the first: {missing[0]})")
         truths, other_texts = [c[1] for c in crops], [others[c[0]] for c in crops]
-        for keys in (
+        splits = (
             [length_band(truth) for truth in truths],
             [letter_case(text) for text in other_texts],
             [char_width_band(c[3], c[1]) for c in crops],
             [ink_fill_band(c[2], c[3]) for c in crops],
-        ):
+        )
+        for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
+        if args.lost:
+            bands = {c[0]: "; ".join(keys[i] for keys in splits) for i, c in enumerate(crops)}
+            lost = lines_read_worse(
+                [(c[0], c[1], t, others[c[0]]) for c, t in zip(crops, texts, strict=True)]
+            )
+            for beyond, name, truth, read, other in lost:
+                print(f"{beyond:4d} {name} [{bands[name]}] {truth!r} read {read!r}, the other {other!r}")
+            beyond_all = sum(line[0] for line in lost)
+            print(f"{len(lost)} lines read worse than the other reader, {beyond_all} edits beyond its")
     out = args.out or args.crops.parent / "eval_results.json"
     per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
