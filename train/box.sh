@@ -96,18 +96,18 @@ finish)
     done
     left=()
     for run in "${runs[@]}"; do
+        name=${run#trainout}
+        name=${name#/}  # seed-S, or empty for a lone run (its parts go to $OUT itself)
         parts=("$BOX/$run"/hf_bf16.tgz.part-*)
         size=$(cat "${parts[@]}" | wc -c)
         files=$(find "$OUT" -type f | wc -l)
         taken=$(find "$OUT" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
         if ((files + ${#parts[@]} > BACK_FILES || taken + size > BACK_BYTES)); then
-            name=${run#trainout}
-            left+=("${name#/}")  # empty for a lone run
+            left+=("$name")
             continue
         fi
-        into=$OUT/${run#trainout}  # $OUT itself for a lone run, $OUT/seed-S/ for each of SEEDS
-        mkdir -p "$into"
-        cp "${parts[@]}" "$into/"
+        mkdir -p "$OUT/$name"
+        cp "${parts[@]}" "$OUT/$name/"
     done
     for run in "${left[@]}"; do
         echo "the export of ${run:-the run} is more than this call brings back:" \
