@@ -354,6 +354,33 @@ def test_a_pen_mark_crosses_the_print_within_its_columns_and_keeps_every_stroke(
     assert marked_cols[0] >= cols[0] - size * 0.2 and marked_cols[-1] <= cols[-1] + size * 0.2
 
 
+@pytest.mark.parametrize(("pen_share", "marked"), [(0.0, 0), (1.0, 12)])
+def test_pen_share_is_the_share_of_lines_a_pen_marks(
+    fonts: Path, monkeypatch: pytest.MonkeyPatch, pen_share: float, marked: int
+) -> None:
+    calls: list[int] = []
+    stroke = LineRenderer._pen_stroke
+
+    def counted(self: LineRenderer, ink: np.ndarray, size: int) -> np.ndarray:
+        calls.append(size)
+        return stroke(self, ink, size)
+
+    monkeypatch.setattr(LineRenderer, "_pen_stroke", counted)
+    renderer = LineRenderer(load_fonts(fonts), 4, pen_share=pen_share)
+    for _ in range(12):
+        renderer.render("TOTAL : RM12.50")
+    assert len(calls) == marked
+
+
+def test_pen_marks_are_off_by_default(fonts: Path) -> None:
+    # Runs with pen marks read the receipts worse (train/README.md): a renderer built without a
+    # share draws exactly what one told to mark no line draws.
+    infos = load_fonts(fonts)
+    plain = [LineRenderer(infos, 8).render(f"CASH {n}.00") for n in range(20)]
+    off = [LineRenderer(infos, 8, pen_share=0.0).render(f"CASH {n}.00") for n in range(20)]
+    assert all(np.array_equal(a, b) for a, b in zip(plain, off, strict=True))
+
+
 class _TickFirst:
     """A random source whose first `random()` asks `_pen_stroke` for a tick; the rest are drawn."""
 

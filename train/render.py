@@ -83,7 +83,7 @@ CRUMPLE_SHARE = 0.1
 # its `OR`). Off for now: every run trained with marks on 4% of lines read the receipts worse
 # than N, the same command without them (four of the five beyond the luck of the receipts drawn),
 # and dropped more hyphens, ticks as well as flat strokes (train/README.md, "Two blocks more a
-# tower"); `_pen_stroke` stays for a run that tests them again.
+# tower"); train_vlm's `--pen-share` draws them again for a run that tests them.
 PEN_SHARE = 0.0
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
@@ -187,8 +187,9 @@ def _font(path: Path, index: int, size: int) -> ImageFont.FreeTypeFont:
 class LineRenderer:
     """Seeded renderer: `render(text)` returns an RGB uint8 crop of that line, degraded at random."""
 
-    def __init__(self, fonts: list[FontInfo], seed: int) -> None:
+    def __init__(self, fonts: list[FontInfo], seed: int, pen_share: float = PEN_SHARE) -> None:
         self.fonts = fonts
+        self.pen_share = pen_share  # the share of lines marked by a pen (`_pen_stroke`)
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
 
@@ -236,7 +237,7 @@ class LineRenderer:
             ink = cv2.dilate(ink, kernel) if rng.random() < 0.6 else cv2.erode(ink, kernel)
         if rng.random() < BLEED_SHARE:
             ink = self._bleed(ink, size)
-        if rng.random() < PEN_SHARE:
+        if rng.random() < self.pen_share:
             ink = self._pen_stroke(ink, size)
         if rng.random() < CRUMPLE_SHARE:
             ink = self._crumple(ink, size)

@@ -43,6 +43,7 @@ from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
+from train.render import PEN_SHARE  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -112,7 +113,13 @@ def _schedule(total: int, warmup: int) -> Any:
 
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
     lines = SyntheticLines(
-        tokenizer, args.fonts, args.words, 1, _HELD_OUT_SEED, stretch=args.line_stretch
+        tokenizer,
+        args.fonts,
+        args.words,
+        1,
+        _HELD_OUT_SEED,
+        stretch=args.line_stretch,
+        pen_share=args.pen_share,
     ).samples(0)
     return list(islice(lines, args.eval_lines))
 
@@ -226,6 +233,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=LINE_STRETCH,
         help="lines drawn this much wider than their aspect (prepare_line's stretch; kept in the export)",
     )
+    parser.add_argument(
+        "--pen-share",
+        type=float,
+        default=PEN_SHARE,
+        help="share of lines marked by a pen after printing (train.render's PEN_SHARE; off by default)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -311,7 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
     # A resumed run draws new lines: the data seed moves with the step it starts from.
     data = SyntheticLines(
-        tokenizer, args.fonts, args.words, args.batch, args.seed * 100003 + step, stretch=args.line_stretch
+        tokenizer,
+        args.fonts,
+        args.words,
+        args.batch,
+        args.seed * 100003 + step,
+        stretch=args.line_stretch,
+        pen_share=args.pen_share,
     )
     loader = DataLoader(
         data,
