@@ -51,7 +51,9 @@ class Difference:
 
 
 def page_counts(
-    edits_a: list[int] | np.ndarray, edits_b: list[int] | np.ndarray, chars: list[int] | np.ndarray
+    edits_a: Sequence[float] | np.ndarray,
+    edits_b: Sequence[float] | np.ndarray,
+    chars: Sequence[float] | np.ndarray,
 ) -> PageCounts:
     """PageCounts from three per-page sequences of one length."""
     counts = PageCounts(*(np.asarray(values, dtype=float) for values in (edits_a, edits_b, chars)))

@@ -33,7 +33,7 @@ def _eval_out(path: Path, reads: dict[str, str]) -> Path:
 def test_a_receipts_crops_are_counted_together(tmp_path: Path) -> None:
     truths = load_truths(_crops(tmp_path, pages=2))  # p00 and p01, three crops each
     reads_a = {name: ("TOTAL 12.5O" if page == "p00" else TRUTH) for name, (page, _) in truths.items()}
-    counts = receipt_counts(truths, reads_a, dict.fromkeys(truths, TRUTH))
+    counts = receipt_counts(truths, [reads_a], [dict.fromkeys(truths, TRUTH)])
     assert counts.edits_a.tolist() == [3, 0]
     assert counts.edits_b.tolist() == [0, 0]
     assert counts.chars.tolist() == [30, 30]
@@ -43,8 +43,8 @@ def test_spaces_count_only_when_counted_spaced(tmp_path: Path) -> None:
     truths = load_truths(_crops(tmp_path, pages=4))
     run_together = dict.fromkeys(truths, "TOTAL12.50")
     right = dict.fromkeys(truths, TRUTH)
-    assert compare(receipt_counts(truths, right, run_together), resamples=99).difference == 0.0
-    spaced = compare(receipt_counts(truths, right, run_together, spaced=True), resamples=99)
+    assert compare(receipt_counts(truths, [right], [run_together]), resamples=99).difference == 0.0
+    spaced = compare(receipt_counts(truths, [right], [run_together], spaced=True), resamples=99)
     assert spaced.cer_b == pytest.approx(1 / 11)
 
 
@@ -73,6 +73,24 @@ def test_the_command_prints_both_rates_and_the_interval(
     assert printed[1].endswith("0.00% / 0.00% spaced")
     assert printed[2].startswith("B - A, whitespace-free: -10.00 points, 95% interval -10.00 to -10.00")
     assert "B better in 100.0%" in printed[2]
+
+
+def test_a_group_of_reads_counts_their_mean_edits_on_each_receipt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crops = _crops(tmp_path, pages=4)
+    names = list(load_truths(crops))
+    one_wrong = _eval_out(tmp_path / "one.json", dict.fromkeys(names, "TOTAL 12.5O"))  # 1 edit a line
+    three_wrong = _eval_out(tmp_path / "three.json", dict.fromkeys(names, "TOTAI 1Z.5O"))  # 3 a line
+    right = _eval_out(tmp_path / "right.json", dict.fromkeys(names, TRUTH))
+    truths = load_truths(crops)
+    group = [load_reads(one_wrong), load_reads(three_wrong)]
+    counts = receipt_counts(truths, [load_reads(right)], group)
+    assert counts.edits_b.tolist() == [6.0] * 4  # (3 + 9) / 2 on each receipt's three lines
+    assert main(["--crops", str(crops), str(right), f"{one_wrong},{three_wrong}", "--resamples", "99"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].endswith("20.00% / 18.18% spaced")  # the two reads' 10% and 30%, averaged
+    assert printed[2].startswith("B - A, whitespace-free: +20.00 points")
 
 
 def test_the_command_refuses_reads_that_miss_crops(

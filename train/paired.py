@@ -8,6 +8,10 @@ and spaced, counted with `train.eval_lines`' edit_count and char_count) and B's 
 95% interval from a paired bootstrap over the receipts the crops were cut from
 (bench.page_bootstrap: a receipt's lines share its print and faces, so receipts are resampled,
 not lines).
+
+A or B may be a group, several reads joined by commas (one recipe's runs, a seed each): its
+edits on a receipt are the mean of its reads', so its CER is theirs averaged. The interval is
+still over receipts only: a group of a few seeds keeps some of each run's own luck.
 """
 
 from __future__ import annotations
@@ -44,24 +48,26 @@ def load_reads(path: Path) -> dict[str, str]:
 
 def receipt_counts(
     truths: Mapping[str, tuple[str, str]],
-    reads_a: Mapping[str, str],
-    reads_b: Mapping[str, str],
+    group_a: Sequence[Mapping[str, str]],
+    group_b: Sequence[Mapping[str, str]],
     spaced: bool = False,
 ) -> PageCounts:
-    """Each receipt's edits by A and by B and its truth's characters, over the crops both read."""
-    files = [name for name in truths if name in reads_a and name in reads_b]
+    """Each receipt's mean edits by A's reads and by B's, and its truth's characters, over crops all read."""
+    groups = (group_a, group_b)
+    files = [name for name in truths if all(name in reads for group in groups for reads in group)]
     if not files:
-        raise ValueError("the two reads share no crop of this folder")
+        raise ValueError("the reads share no crop of this folder")
     pages = sorted({truths[name][0] for name in files})
     index = {page: position for position, page in enumerate(pages)}
-    edits_a, edits_b, chars = ([0] * len(pages) for _ in range(3))
+    edits = [[0.0] * len(pages) for _ in groups]
+    chars = [0] * len(pages)
     for name in files:
         page, truth = truths[name]
         at = index[page]
-        edits_a[at] += edit_count([(truth, reads_a[name])], spaced)
-        edits_b[at] += edit_count([(truth, reads_b[name])], spaced)
+        for counted, group in zip(edits, groups, strict=True):
+            counted[at] += sum(edit_count([(truth, reads[name])], spaced) for reads in group) / len(group)
         chars[at] += char_count(truth, spaced)
-    return page_counts(edits_a, edits_b, chars)
+    return page_counts(edits[0], edits[1], chars)
 
 
 def describe(name_a: str, name_b: str, whitespace_free: Difference, spaced: Difference) -> list[str]:
@@ -77,18 +83,20 @@ def describe(name_a: str, name_b: str, whitespace_free: Difference, spaced: Diff
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.paired", description=__doc__.splitlines()[0])
     parser.add_argument("--crops", type=Path, required=True, help="the train.make_crops folder both read")
-    parser.add_argument("a", type=Path, help="reads of the crops (eval_lines --out, vlm_lines --save-hints)")
-    parser.add_argument("b", type=Path, help="another reader's reads of the same crops")
+    parser.add_argument(
+        "a", help="reads of the crops (eval_lines --out, vlm_lines --save-hints); several joined by commas"
+    )
+    parser.add_argument("b", help="another reader's reads of the same crops (or several, joined by commas)")
     parser.add_argument("--resamples", type=int, default=9999)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     truths = load_truths(args.crops)
-    reads_a, reads_b = load_reads(args.a), load_reads(args.b)
-    unread = [name for name in truths if name not in reads_a or name not in reads_b]
+    group_a, group_b = ([load_reads(Path(path)) for path in group.split(",")] for group in (args.a, args.b))
+    unread = [name for name in truths if any(name not in reads for reads in (*group_a, *group_b))]
     if unread:
         parser.error(f"{len(unread)} crops of {args.crops} lack a read in A or B (the first: {unread[0]})")
     results = [
-        compare(receipt_counts(truths, reads_a, reads_b, spaced=spaced), args.resamples, args.seed)
+        compare(receipt_counts(truths, group_a, group_b, spaced=spaced), args.resamples, args.seed)
         for spaced in (False, True)
     ]
     print("\n".join(describe(str(args.a), str(args.b), *results)))
