@@ -177,10 +177,7 @@ def compare_by(
 
 def worst_lines(lines: Sequence[tuple[str, str, str]], count: int) -> list[tuple[int, str, str, str]]:
     """The `count` (file, truth, read) lines with the most edits as `cer` counts them, most first."""
-    scored = [
-        (Levenshtein.distance(normalize(truth, True), normalize(read, True)), name, truth, read)
-        for name, truth, read in lines
-    ]
+    scored = [(edit_count([(truth, read)]), name, truth, read) for name, truth, read in lines]
     return sorted(scored, key=lambda line: -line[0])[:count]
 
 
