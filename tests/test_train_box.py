@@ -32,7 +32,9 @@ def _checkout(root: Path) -> Path:
         info.size = len(data)
         archive.addfile(info, io.BytesIO(data))
     carry = checkout / ".train-carry"
-    carry.mkdir()
+    for part in ("fonts", "wheels", "wheels-transformers"):
+        (carry / part).mkdir(parents=True)
+    (carry / "words").write_text("TOTAL\n")
     (carry / "run.sh").write_text(FAKE_RUN)
     (carry / "run.sh").chmod(0o755)
     return checkout
@@ -69,6 +71,23 @@ def test_a_run_started_in_one_call_is_collected_in_a_later_one(tmp_path: Path) -
     assert (tmp_path / "box" / "init" / "hf_bf16" / "line_input.json").exists()
     with tarfile.open(out / "logs.tgz") as logs:
         assert "trainout/console.txt" in logs.getnames()
+
+
+def test_start_refuses_until_every_carried_part_is_stashed(tmp_path: Path) -> None:
+    # The carry comes over several calls; a run started before the last wheels arrive would
+    # install without them and fail at import, and so would every later run on that box.
+    checkout = _checkout(tmp_path)
+    wheels = checkout / ".train-carry" / "wheels"
+    wheels.rmdir()
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(tmp_path)}
+    assert _box(checkout, env, "stash").returncode == 0
+    refused = _box(checkout, env, "start")
+    assert refused.returncode == 2
+    assert "not stashed yet: wheels " in refused.stderr
+    assert not (tmp_path / "box" / "run.log").exists()  # nothing started
+    wheels.mkdir()
+    assert _box(checkout, env, "stash").returncode == 0
+    assert _box(checkout, env, "start").returncode == 0
 
 
 def test_a_run_that_fails_makes_finish_fail(tmp_path: Path) -> None:

@@ -54,6 +54,13 @@ stash)
     du -sh "$BOX/repo/.train-carry"/* ;;
 start)
     test -x "$BOX/repo/.train-carry/run.sh" || { echo "stash .train-carry/ first" >&2; exit 2; }
+    # run.sh installs the wheels once and then trusts its install: a start before the last part is
+    # stashed would leave the box without a package and every later run on it failing at import.
+    missing=""
+    for part in fonts words wheels wheels-transformers; do
+        [ -e "$BOX/repo/.train-carry/$part" ] || missing="$missing $part"
+    done
+    [ -z "$missing" ] || { echo "not stashed yet:$missing (stash them in the call that carries them)" >&2; exit 2; }
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
     tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
