@@ -1,12 +1,12 @@
 """Two ways of combining line readers, measured on the receipt crops: weights averaged, reads voted.
 
-`average OUT EXPORT...` writes the mean of exports of one shape (runs from one start, a "model
-soup") as a new export. `vote RESULT...` takes `train.eval_lines --out` files of the same crops (one
-reader at several `--x-scale`, say), keeps for each line the read most of the others agree with
-(the first file's on a tie) and prints the CER of each file, of the vote and of the best read of
-each line (an oracle, the most any choice among them could give); `--hints READS --below C`
-restricts all of it to the lines the ONNX reader gave less than C confidence (the cascade's unsure
-lines).
+`average OUT EXPORT... [--bf16]` writes the mean of exports of one shape (runs from one start, a
+"model soup") as a new export, in bf16 with `--bf16` (to carry to a GPU box and start runs from).
+`vote RESULT...` takes `train.eval_lines --out` files of the same crops (one reader at several
+`--x-scale`, say), keeps for each line the read most of the others agree with (the first file's
+on a tie) and prints the CER of each file, of the vote and of the best read of each line (an
+oracle, the most any choice among them could give); `--hints READS --below C` restricts all of it
+to the lines the ONNX reader gave less than C confidence (the cascade's unsure lines).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def closest(truth: str, reads: Sequence[str]) -> int:
     return min(range(len(reads)), key=lambda i: Levenshtein.distance(normalize(reads[i], True), want))
 
 
-def _average(out: Path, exports: Sequence[Path]) -> None:
+def _average(out: Path, exports: Sequence[Path], bf16: bool) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -52,8 +52,11 @@ def _average(out: Path, exports: Sequence[Path]) -> None:
     shutil.copytree(exports[0], out)
     for weights in sorted(out.glob("*.safetensors")):
         states = [{k: v.to(torch.float32) for k, v in load_file(e / weights.name).items()} for e in exports]
-        save_file(average_states(states), weights, metadata={"format": "pt"})
-    print(f"{out}: the mean of {len(exports)} exports")
+        mean = average_states(states)
+        if bf16:  # as run.sh carries an export off a box: half the bytes, and --init-from takes it
+            mean = {name: value.to(torch.bfloat16) for name, value in mean.items()}
+        save_file(mean, weights, metadata={"format": "pt"})
+    print(f"{out}: the mean of {len(exports)} exports" + (", in bf16" if bf16 else ""))
 
 
 def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
@@ -78,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     average = verbs.add_parser("average", help="the mean of exports' weights, as an export")
     average.add_argument("out", type=Path)
     average.add_argument("exports", type=Path, nargs="+")
+    average.add_argument(
+        "--bf16", action="store_true", help="write the mean in bf16 (half the bytes to carry)"
+    )
     vote = verbs.add_parser("vote", help="a vote among eval_lines results of the same crops")
     vote.add_argument("results", type=Path, nargs="+")
     vote.add_argument("--hints", type=Path, help="bench.vlm_lines --save-hints: the ONNX reads")
     vote.add_argument("--below", type=float, default=0.9, help="with --hints: lines under this confidence")
     args = parser.parse_args(argv)
     if args.verb == "average":
-        _average(args.out, args.exports)
+        _average(args.out, args.exports, args.bf16)
     else:
         _vote(args.results, args.hints, args.below)
     return 0
