@@ -90,6 +90,32 @@ def test_start_refuses_until_every_carried_part_is_stashed(tmp_path: Path) -> No
     assert _box(checkout, env, "start").returncode == 0
 
 
+def test_init_starts_from_export_parts_stashed_over_several_calls(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    soup = io.BytesIO()
+    with tarfile.open(fileobj=soup, mode="w:gz") as archive:
+        data = b'{"stretch": 3.0, "soup": true}\n'
+        info = tarfile.TarInfo("hf_bf16/line_input.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    packed = soup.getvalue()
+    init = checkout / ".train-carry" / "init"
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(tmp_path), "INIT": ".train-carry/init"}
+    assert _box(checkout, env, "stash").returncode == 0
+    refused = _box(checkout, env, "start")  # no part stashed yet
+    assert refused.returncode == 2 and "stash them first" in refused.stderr
+    init.mkdir()
+    (init / "hf_bf16.tgz.part-aa").write_bytes(packed[:40])  # one part a call, as they are carried
+    assert _box(checkout, env, "stash").returncode == 0
+    (init / "hf_bf16.tgz.part-aa").unlink()
+    (init / "hf_bf16.tgz.part-ab").write_bytes(packed[40:])
+    assert _box(checkout, env, "stash").returncode == 0
+    started = _box(checkout, env, "start")
+    assert started.returncode == 0, started.stderr
+    unpacked = tmp_path / "box" / "init" / "hf_bf16" / "line_input.json"
+    assert unpacked.read_text() == '{"stretch": 3.0, "soup": true}\n'  # the soup, not train/weights'
+
+
 def test_a_run_that_fails_makes_finish_fail(tmp_path: Path) -> None:
     checkout = _checkout(tmp_path)
     (checkout / ".train-carry" / "run.sh").write_text("#!/bin/bash\nexit 3\n")

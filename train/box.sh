@@ -9,8 +9,11 @@
 #   bash train/box.sh fetch seed-S            # in a later call: a run's parts that finish could not bring
 #
 # start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
-# $BOX/init/hf_bf16 for `--init-from`. The box keeps $BOX only while it is held: on a box given back
-# and started afresh, poll and finish exit at once with code 4.
+# $BOX/init/hf_bf16 for `--init-from`, or with INIT=.train-carry/DIR the export whose parts
+# (hf_bf16.tgz.part-*, as finish brings them back) were stashed there: a soup of the last runs,
+# say. A call carries 64 MiB with the checkout, whose train/weights take half of it, so parts of
+# 14 MiB go one to a stash call beside another part of .train-carry/. The box keeps $BOX only
+# while it is held: on a box given back and started afresh, poll and finish exit at once with code 4.
 #
 # SEEDS="51 52" start runs the same options once per seed, side by side on the one GPU, each with
 # `--seed S` added, RUN_DIR/seed-S as its run folder and WORKERS data workers (so WORKERS=7 for two
@@ -63,7 +66,13 @@ start)
     [ -z "$missing" ] || { echo "not stashed yet:$missing (stash them in the call that carries them)" >&2; exit 2; }
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
-    tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
+    if [ -n "${INIT:-}" ]; then
+        parts=("$BOX/repo/$INIT"/hf_bf16.tgz.part-*)
+        [ -e "${parts[0]}" ] || { echo "no hf_bf16.tgz.part-* in $INIT: stash them first" >&2; exit 2; }
+        cat "${parts[@]}" | tar -xzf - -C "$BOX/init"
+    else
+        tar -xzf train/weights/line_reader_hf_bf16.tgz -C "$BOX/init"
+    fi
     args=""  # the options, quoted again for the inner shell (printf alone would quote an empty one)
     (($#)) && args=$(printf '%q ' "$@")
     : > "$BOX/run.log"  # here, not in the background: it marks the run started for poll and finish
