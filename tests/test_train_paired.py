@@ -93,6 +93,29 @@ def test_a_group_of_reads_counts_their_mean_edits_on_each_receipt(
     assert printed[2].startswith("B - A, whitespace-free: +20.00 points")
 
 
+def test_hints_restrict_the_comparison_to_the_lines_the_onnx_reader_was_unsure_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crops = _crops(tmp_path, pages=4)
+    names = list(load_truths(crops))
+    unsure = set(names[::3])  # the first line of each receipt
+    hints = tmp_path / "hints.json"
+    hints.write_text(
+        json.dumps([{"file": n, "text": "", "confidence": 0.5 if n in unsure else 0.97} for n in names])
+    )
+    # A reads the unsure lines wrong and the rest right; B the other way round.
+    a = _eval_out(tmp_path / "a.json", {n: ("TOTAL 12.5O" if n in unsure else TRUTH) for n in names})
+    b = _eval_out(tmp_path / "b.json", {n: (TRUTH if n in unsure else "TOTAL 12.5O") for n in names})
+    assert main(["--crops", str(crops), str(a), str(b), "--hints", str(hints), "--resamples", "99"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].endswith("10.00% / 9.09% spaced")  # A on the unsure lines only
+    assert printed[1].endswith("0.00% / 0.00% spaced")
+    assert main(["--crops", str(crops), str(a), str(b), "--resamples", "99"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("3.33% / 3.03% spaced")  # all lines
+    with pytest.raises(SystemExit):
+        main(["--crops", str(crops), str(a), str(b), "--hints", str(hints), "--below", "0.1"])
+
+
 def test_the_command_refuses_reads_that_miss_crops(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,6 +22,7 @@ from rapidfuzz.distance import Levenshtein
 
 from bench.text_forms import normalize
 from train.eval_lines import cer
+from train.paired import unsure_crops
 
 
 def average_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -63,8 +64,8 @@ def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
     runs = [{line["file"]: line for line in json.loads(r.read_text())["lines"]} for r in results]
     files = [f for f in runs[0] if all(f in run for run in runs[1:])]
     if hints:
-        confidence = {h["file"]: h["confidence"] for h in json.loads(hints.read_text())}
-        files = [f for f in files if confidence[f] < below]
+        unsure = unsure_crops(hints, below)
+        files = [f for f in files if f in unsure]
     truths = [runs[0][f]["truth"] for f in files]
     reads = [[run[f]["read"] for run in runs] for f in files]
     for index, result in enumerate(results):

@@ -12,6 +12,9 @@ not lines).
 A or B may be a group, several reads joined by commas (one recipe's runs, a seed each): its
 edits on a receipt are the mean of its reads', so its CER is theirs averaged. The interval is
 still over receipts only: a group of a few seeds keeps some of each run's own luck.
+
+`--hints READS --below C` compares only the crops the ONNX reader (`bench.vlm_lines
+--save-hints`) gave less than C confidence: the lines the cascade hands to the line reader.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ def load_reads(path: Path) -> dict[str, str]:
     if isinstance(data, list):
         return {read["file"]: read["text"] for read in data}
     raise ValueError(f"{path}: neither train.eval_lines --out nor bench.vlm_lines --save-hints")
+
+
+def unsure_crops(hints: Path, below: float) -> set[str]:
+    """The crops the ONNX reader read with less than `below` confidence, from a --save-hints file."""
+    return {
+        read["file"] for read in json.loads(hints.read_text(encoding="utf-8")) if read["confidence"] < below
+    }
 
 
 def receipt_counts(
@@ -89,8 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("b", help="another reader's reads of the same crops (or several, joined by commas)")
     parser.add_argument("--resamples", type=int, default=9999)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hints", type=Path, help="bench.vlm_lines --save-hints: the ONNX reads")
+    parser.add_argument("--below", type=float, default=0.9, help="with --hints: crops under this confidence")
     args = parser.parse_args(argv)
     truths = load_truths(args.crops)
+    if args.hints:
+        unsure = unsure_crops(args.hints, args.below)
+        truths = {name: truth for name, truth in truths.items() if name in unsure}
+        if not truths:
+            parser.error(f"no crop of {args.crops} has an ONNX confidence below {args.below}")
     group_a, group_b = ([load_reads(Path(path)) for path in group.split(",")] for group in (args.a, args.b))
     unread = [name for name in truths if any(name not in reads for reads in (*group_a, *group_b))]
     if unread:
