@@ -87,17 +87,22 @@ def test_wheels_are_downloaded_into_an_emptied_folder(tmp_path: Path) -> None:
 
 
 FAKE_PYTHON = """#!/bin/bash
-# Stands in for the GPU box's python3: pip takes a second to install, the trainer does nothing.
+# Stands in for the GPU box's python3: pip takes a second to install, the import check exits
+# IMPORT_RC (0 unless set), the trainer does nothing.
 if [ "$1 $2" = "-m pip" ]; then
     echo pip >> "$PIP_LOG"
     sleep 1
     mkdir -p "$TRAIN_SITE"
 fi
+if [ "$1" = "-c" ] && [[ "$2" == import* ]]; then
+    exit "${IMPORT_RC:-0}"
+fi
 exit 0
 """
 
 
-def test_runs_started_side_by_side_install_the_wheels_once(tmp_path: Path) -> None:
+def _fake_box(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A carry with run.sh and one wheel, and the environment that runs it with FAKE_PYTHON."""
     carry = tmp_path / "repo" / ".train-carry"
     (carry / "wheels").mkdir(parents=True)
     (carry / "wheels" / "a.whl").write_bytes(b"")
@@ -106,14 +111,36 @@ def test_runs_started_side_by_side_install_the_wheels_once(tmp_path: Path) -> No
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(FAKE_PYTHON)
     (bin_dir / "python3").chmod(0o755)
-    pip_log = tmp_path / "pip.log"
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PIP_LOG": str(pip_log),
+        "PIP_LOG": str(tmp_path / "pip.log"),
         "TRAIN_SITE": str(tmp_path / "site"),
     }
     env.pop("OUT", None)
+    env.pop("IMPORT_RC", None)
+    return carry, env
+
+
+def test_an_install_whose_packages_do_not_import_is_not_kept(tmp_path: Path) -> None:
+    # Wheels from part of the carry install without error but leave a package out; marked done,
+    # that install would fail every later run on the box at import.
+    carry, env = _fake_box(tmp_path)
+    site = tmp_path / "site"
+    run_sh = ["bash", str(carry / "run.sh")]
+    first = subprocess.run(run_sh, env={**env, "IMPORT_RC": "1"}, capture_output=True, text=True, check=False)
+    assert first.returncode == 3
+    assert "do not all install" in first.stderr
+    assert not site.exists()
+    again = subprocess.run(run_sh, env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert (site / ".installed").exists()
+    assert (tmp_path / "pip.log").read_text().splitlines() == ["pip", "pip"]  # installed afresh
+
+
+def test_runs_started_side_by_side_install_the_wheels_once(tmp_path: Path) -> None:
+    carry, env = _fake_box(tmp_path)
+    pip_log = tmp_path / "pip.log"
     runs = [
         subprocess.Popen(["bash", str(carry / "run.sh")], env={**env, "RUN_DIR": str(tmp_path / f"run{n}")})
         for n in range(2)

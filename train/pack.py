@@ -116,6 +116,13 @@ export PYTHONUNBUFFERED=1
     flock 9
     if [ ! -e "$SITE/.installed" ]; then
         python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/wheels*/*.whl
+        # Marked done only once every carried package imports: an install from part of the carry
+        # (a wheel folder not yet stashed) would otherwise stay, and every later run fail at import.
+        if ! PYTHONPATH="$SITE" python3 -c "import @CARRIED@"; then
+            echo "the carried wheels do not all install: stash wheels/ and wheels-transformers/" >&2
+            rm -rf "$SITE"
+            exit 3
+        fi
         touch "$SITE/.installed"
     fi
 ) 9> "$SITE.lock"
@@ -147,7 +154,7 @@ for f in pathlib.Path(sys.argv[1]).glob('*.safetensors'):
 " "$RUN/hf_bf16"
     tar -C "$RUN" -czf - hf_bf16 | split -b 15M - "$OUT/hf_bf16.tgz.part-"
 fi
-"""
+""".replace("@CARRIED@", ", ".join(CARRIED))
 
 
 def find_font(name: str, roots: list[Path]) -> Path:
