@@ -75,7 +75,7 @@ def test_a_run_started_in_one_call_is_collected_in_a_later_one(tmp_path: Path) -
 
 def test_start_refuses_until_every_carried_part_is_stashed(tmp_path: Path) -> None:
     # The carry comes over several calls; a run started before the last wheels arrive would
-    # install without them and fail at import, and so would every later run on that box.
+    # fail on the box, seen only when finish is called.
     checkout = _checkout(tmp_path)
     wheels = checkout / ".train-carry" / "wheels"
     wheels.rmdir()

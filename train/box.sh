@@ -57,8 +57,8 @@ stash)
     du -sh "$BOX/repo/.train-carry"/* ;;
 start)
     test -x "$BOX/repo/.train-carry/run.sh" || { echo "stash .train-carry/ first" >&2; exit 2; }
-    # run.sh installs the wheels once and then trusts its install: a start before the last part is
-    # stashed would leave the box without a package and every later run on it failing at import.
+    # A run started before the last part is stashed fails on the box, out of sight until finish:
+    # run.sh refuses an install that lacks a carried package, the trainer needs fonts and words.
     missing=""
     for part in fonts words wheels wheels-transformers; do
         [ -e "$BOX/repo/.train-carry/$part" ] || missing="$missing $part"
