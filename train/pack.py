@@ -24,6 +24,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from train.paired import unsure_crops
+
 CARRY = Path(".train-carry")
 # What a box with torch lacks, at the pins of train/requirements.txt; installed there with
 # --no-deps, so the closure is downloaded here.
@@ -248,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--unsure-below and --hints go together")
     unsure = None
     if args.hints:
-        reads = json.loads(args.hints.read_text(encoding="utf-8"))
-        unsure = {read["file"] for read in reads if read["confidence"] < args.unsure_below}
+        unsure = unsure_crops(args.hints, args.unsure_below)
     wheels = CARRY / "wheels"
     download_wheels(wheels)
     for wheel in wheels.glob("*.whl"):
