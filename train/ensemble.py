@@ -18,10 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rapidfuzz.distance import Levenshtein
-
 from bench.text_forms import normalize
-from train.eval_lines import cer
+from train.eval_lines import cer, edit_count
 from train.paired import unsure_crops
 
 
@@ -41,8 +39,7 @@ def voted(reads: Sequence[str]) -> int:
 
 def closest(truth: str, reads: Sequence[str]) -> int:
     """The index of the read nearest the truth: what an oracle would keep."""
-    want = normalize(truth, True)
-    return min(range(len(reads)), key=lambda i: Levenshtein.distance(normalize(reads[i], True), want))
+    return min(range(len(reads)), key=lambda i: edit_count([(truth, reads[i])]))
 
 
 def _average(out: Path, exports: Sequence[Path], bf16: bool) -> None:
