@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.text_forms import normalize
-from train.eval_lines import cer, edit_count
-from train.paired import unsure_crops
+from train.eval_lines import cer, edit_count, unsure_crops
 
 
 def average_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

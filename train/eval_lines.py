@@ -48,6 +48,14 @@ def cer(pairs: Sequence[tuple[str, str]], spaced: bool = False) -> float:
     return edit_count(pairs, spaced) / max(chars, 1)
 
 
+def unsure_crops(hints: Path, below: float) -> set[str]:
+    """The crops the ONNX reader read with less than `below` confidence, from a --save-hints file."""
+    # Here, not in train.paired: train.ensemble runs in the training environment, which has no scipy.
+    return {
+        read["file"] for read in json.loads(hints.read_text(encoding="utf-8")) if read["confidence"] < below
+    }
+
+
 def edit_breakdown(pairs: Sequence[tuple[str, str]], top: int = 12, long_line: int = 6) -> dict[str, Any]:
     """Where the whitespace-free, case-insensitive edits of `cer` fall.
 

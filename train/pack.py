@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from train.paired import unsure_crops
+from train.eval_lines import unsure_crops
 
 CARRY = Path(".train-carry")
 # What a box with torch lacks, at the pins of train/requirements.txt; installed there with

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.page_bootstrap import Difference, PageCounts, compare, page_counts
-from train.eval_lines import char_count, edit_count
+from train.eval_lines import char_count, edit_count, unsure_crops
 
 
 def load_truths(crops: Path) -> dict[str, tuple[str, str]]:
@@ -47,13 +47,6 @@ def load_reads(path: Path) -> dict[str, str]:
     if isinstance(data, list):
         return {read["file"]: read["text"] for read in data}
     raise ValueError(f"{path}: neither train.eval_lines --out nor bench.vlm_lines --save-hints")
-
-
-def unsure_crops(hints: Path, below: float) -> set[str]:
-    """The crops the ONNX reader read with less than `below` confidence, from a --save-hints file."""
-    return {
-        read["file"] for read in json.loads(hints.read_text(encoding="utf-8")) if read["confidence"] < below
-    }
 
 
 def receipt_counts(
