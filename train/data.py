@@ -70,13 +70,14 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
     from neighbours, so a batch pads few patches and few tokens.
     """
 
-    def __init__(  # noqa: PLR0917 - constructed in two places, both by keyword-free position
+    def __init__(
         self,
         tokenizer: Any,
         fonts: Path,
         words: Path | None,
         batch: int,
         seed: int,
+        *,
         pool: int = 8,
         stretch: float = LINE_STRETCH,
         pen_share: float = PEN_SHARE,
