@@ -127,3 +127,46 @@ def test_the_command_refuses_reads_that_miss_crops(
         main(["--crops", str(crops), str(a), str(b)])
     assert stopped.value.code == 2
     assert "1 crops" in capsys.readouterr().err
+
+
+def test_max_changes_splits_the_edits_saved_and_added_against_the_onnx_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crops = _crops(tmp_path, pages=2, lines_a_page=2)
+    names = list(load_truths(crops))
+    hints = tmp_path / "hints.json"
+    onnx = ["TOTAL 12.5O", TRUTH, "TOTAI 1Z.5O", TRUTH]  # 1, 0, 3 and 0 edits
+    hints.write_text(
+        json.dumps([{"file": n, "text": t, "confidence": 0.5} for n, t in zip(names, onnx, strict=True)])
+    )
+    # B mends the first line (1 change), breaks the second by 2, rewrites the third whole and
+    # mends it (3 changes), and reads the fourth as another line (9 changes, 9 edits added).
+    b_reads = [TRUTH, "TOTAL 12.", TRUTH, "CASH"]
+    a = _eval_out(tmp_path / "a.json", dict(zip(names, onnx, strict=True)))
+    b = _eval_out(tmp_path / "b.json", dict(zip(names, b_reads, strict=True)))
+    args = ["--crops", str(crops), str(a), str(b), "--hints", str(hints), "--resamples", "99"]
+    assert main([*args, "--max-changes", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2] == (
+        "A against the ONNX reads: reads changing at most 2 characters save 0 edits and add 0; "
+        "larger changes save 0 and add 0"
+    )
+    assert printed[-1] == (
+        "B against the ONNX reads: reads changing at most 2 characters save 1 edits and add 2; "
+        "larger changes save 3 and add 9"
+    )
+    assert main([*args, "--max-changes", "3"]) == 0  # the rewrite of the third line is within 3 now
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .endswith("save 4 edits and add 2; larger changes save 0 and add 9")
+    )
+    group = ["--crops", str(crops), str(a), f"{b},{a}", "--hints", str(hints), "--resamples", "99"]
+    assert main([*group, "--max-changes", "2"]) == 0  # B's counts and A's none, averaged
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .endswith("save 0.5 edits and add 1; larger changes save 1.5 and add 4.5")
+    )
+    with pytest.raises(SystemExit):
+        main(["--crops", str(crops), str(a), str(b), "--max-changes", "3"])

@@ -15,6 +15,9 @@ still over receipts only: a group of a few seeds keeps some of each run's own lu
 
 `--hints READS --below C` compares only the crops the ONNX reader (`bench.vlm_lines
 --save-hints`) gave less than C confidence: the lines the cascade hands to the line reader.
+With `--max-changes N` it also prints, for A and B, the edits their reads save and add against
+the ONNX reads, split by whether a read changes the ONNX text by at most N characters (as
+`cascade.max_changes` counts them: the reads the cascade would take) or by more.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from appliance.pipeline.cascade import changed_characters
 from bench.page_bootstrap import Difference, PageCounts, compare, page_counts
 from train.eval_lines import char_count, edit_count, unsure_crops
 
@@ -73,6 +77,35 @@ def receipt_counts(
     return page_counts(edits[0], edits[1], chars)
 
 
+def change_split(
+    truths: Mapping[str, tuple[str, str]],
+    onnx: Mapping[str, str],
+    group: Sequence[Mapping[str, str]],
+    max_changes: int,
+) -> tuple[float, float, float, float]:
+    """A group's mean edits saved and added against the ONNX reads, by the size of a read's change.
+
+    First by reads changing at most `max_changes` characters of the ONNX text (those the cascade
+    would take), then by the others.
+    """
+    totals = [0, 0, 0, 0]
+    for reads in group:
+        for name, (_, truth) in truths.items():
+            gained = edit_count([(truth, onnx[name])]) - edit_count([(truth, reads[name])])
+            larger = 2 if changed_characters(onnx[name], reads[name]) > max_changes else 0
+            if gained > 0:
+                totals[larger] += gained
+            elif gained < 0:
+                totals[larger + 1] -= gained
+    saved_small, added_small, saved_large, added_large = (total / len(group) for total in totals)
+    return saved_small, added_small, saved_large, added_large
+
+
+def _tenths(count: float) -> str:
+    """A group's mean count to a tenth, a whole one without its `.0`."""
+    return f"{count:.1f}".removesuffix(".0")
+
+
 def describe(name_a: str, name_b: str, whitespace_free: Difference, spaced: Difference) -> list[str]:
     """The report's lines: both readers' CER, then B's less A's with its interval, each way of counting."""
     return [
@@ -94,7 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hints", type=Path, help="bench.vlm_lines --save-hints: the ONNX reads")
     parser.add_argument("--below", type=float, default=0.9, help="with --hints: crops under this confidence")
+    parser.add_argument(
+        "--max-changes", type=int, help="with --hints: edits saved and added by reads within N changes or not"
+    )
     args = parser.parse_args(argv)
+    if args.max_changes is not None and not args.hints:
+        parser.error("--max-changes needs --hints (the ONNX reads it counts changes against)")
     truths = load_truths(args.crops)
     if args.hints:
         unsure = unsure_crops(args.hints, args.below)
@@ -110,6 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for spaced in (False, True)
     ]
     print("\n".join(describe(str(args.a), str(args.b), *results)))
+    if args.max_changes is not None:
+        onnx = load_reads(args.hints)
+        for side, group in (("A", group_a), ("B", group_b)):
+            saved, added, saved_more, added_more = change_split(truths, onnx, group, args.max_changes)
+            print(
+                f"{side} against the ONNX reads: reads changing at most {args.max_changes} characters "
+                f"save {_tenths(saved)} edits and add {_tenths(added)}; "
+                f"larger changes save {_tenths(saved_more)} and add {_tenths(added_more)}"
+            )
     return 0
 
 
