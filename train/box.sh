@@ -11,9 +11,10 @@
 # start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
 # $BOX/init/hf_bf16 for `--init-from`, or with INIT=.train-carry/DIR the export whose parts
 # (hf_bf16.tgz.part-*, as finish brings them back) were stashed there: a soup of the last runs,
-# say. A call carries 64 MiB with the checkout (38 MB, train/weights' archive most of it), so parts
-# of 14 MiB go one to a stash call of their own. The box keeps $BOX only while it is held: on a box
-# given back and started afresh, poll and finish exit at once with code 4.
+# say. A call carries 64 MiB with the checkout (38 MB, train/weights' archive most of it), so a
+# part of 14 MiB goes in a stash call of its own, or beside the 13.6 MB wheels-transformers/ when
+# the two come to less than 26 MiB. The box keeps $BOX only while it is held: on a box given back
+# and started afresh, poll and finish exit at once with code 4.
 #
 # SEEDS="51 52" start runs the same options once per seed, side by side on the one GPU, each with
 # `--seed S` added, RUN_DIR/seed-S as its run folder and WORKERS data workers (so WORKERS=7 for two
