@@ -7,7 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, download_wheels, split_wheels
+import numpy as np
+import pytest
+from fontTools.ttLib import TTFont
+from PIL import Image, ImageDraw, ImageFont
+
+from tests.rendering import LATIN_FONT
+from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, download_wheels, split_wheels, subset_latin
 
 
 def _crop_folder(source: Path) -> None:
@@ -147,3 +153,25 @@ def test_runs_started_side_by_side_install_the_wheels_once(tmp_path: Path) -> No
     ]
     assert [run.wait(timeout=60) for run in runs] == [0, 0]
     assert pip_log.read_text().splitlines() == ["pip"]  # the second waited, then found it installed
+
+
+def test_a_latin_cut_keeps_every_latin_glyph_as_drawn_and_drops_the_rest(tmp_path: Path) -> None:
+    if not LATIN_FONT.exists():
+        pytest.skip("fonts-dejavu-core is not installed")
+    cut = tmp_path / "DejaVuSansLatin.ttf"
+    subset_latin(LATIN_FONT, cut)
+
+    chars = TTFont(str(cut)).getBestCmap()
+    assert all(code in chars for code in range(0x20, 0x7F))
+    assert ord("¥") in chars
+    assert ord("Ж") in TTFont(str(LATIN_FONT)).getBestCmap() and ord("Ж") not in chars
+    assert cut.stat().st_size < LATIN_FONT.stat().st_size / 4
+
+    def drawn(path: Path) -> np.ndarray:
+        canvas = Image.new("L", (640, 64), 0)
+        ImageDraw.Draw(canvas).text(
+            (4, 8), "TOTAL (Incl. GST) : RM12.50", font=ImageFont.truetype(str(path), 32), fill=255
+        )
+        return np.asarray(canvas)
+
+    assert np.array_equal(drawn(cut), drawn(LATIN_FONT))

@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
-from tests.rendering import LATIN_FONT, MONO_FONT, link_fonts
+from tests.rendering import CJK_FONT, LATIN_FONT, MONO_FONT, link_fonts
 from train.line_shapes import line_shape
+from train.pack import subset_latin
 from train.render import (
     LINE_HEIGHT,
     LINE_STRETCH,
     MARKED_ZERO_SHARE,
     MAX_WIDTH,
     MIN_WIDTH,
+    MORE_FACE_SHARE,
+    MORE_FOLDER,
     FontInfo,
     LineRenderer,
     drawn_as_homoglyphs,
@@ -508,3 +511,39 @@ def test_lines_with_a_zero_are_seldom_drawn_in_a_face_whose_zero_is_marked(fonts
     without = [renderer.pick_font("RM 8.88").marked_zero for _ in range(2000)]
     assert sum(with_zero) / len(with_zero) == pytest.approx(MARKED_ZERO_SHARE, abs=0.03)
     assert sum(without) / len(without) == pytest.approx(0.5, abs=0.05)  # any face, as before
+
+
+@pytest.fixture(scope="module")
+def fonts_with_more(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fonts folder with a Latin cut of DejaVu Sans in `more/`, as train.pack writes it."""
+    if not MONO_FONT.exists():
+        pytest.skip("fonts-dejavu-core is not installed")
+    folder = link_fonts(tmp_path_factory.mktemp("fonts"), chinese=True)
+    (folder / MORE_FOLDER).mkdir()
+    subset_latin(LATIN_FONT, folder / MORE_FOLDER / "DejaVuSansLatin.ttf")
+    return folder
+
+
+def test_faces_in_the_more_folder_are_marked_as_such(fonts_with_more: Path) -> None:
+    more = {info.path.name for info in load_fonts(fonts_with_more) if info.more}
+    assert more == {"DejaVuSansLatin.ttf"}
+
+
+@pytest.mark.parametrize("share", [0.0, MORE_FACE_SHARE, 1.0])
+def test_more_faces_draw_their_share_of_the_latin_lines_and_no_chinese_one(
+    fonts_with_more: Path, share: float
+) -> None:
+    renderer = LineRenderer(load_fonts(fonts_with_more), 3, more_share=share)
+    latin = [renderer.pick_font("CASH 8.88").more for _ in range(3000)]
+    # The 15% of Latin lines that may go to any face, the Chinese one too, never go to a more face.
+    assert sum(latin) / len(latin) == pytest.approx(0.85 * share, abs=0.03)
+    if CJK_FONT.exists():
+        assert not any(renderer.pick_font("合计 8.88").more for _ in range(200))
+
+
+def test_without_a_more_folder_every_latin_line_goes_to_the_receipt_faces(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 3, more_share=1.0)
+    assert {renderer.pick_font("CASH 8.88").path.name for _ in range(200)} >= {
+        MONO_FONT.name,
+        LATIN_FONT.name,
+    }

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
-from train.render import LINE_STRETCH, PEN_SHARE, LineRenderer, load_fonts, prepare_line
+from train.render import LINE_STRETCH, MORE_FACE_SHARE, PEN_SHARE, LineRenderer, load_fonts, prepare_line
 from train.step import batch_indices
 from train.text_source import TextSource, label_of
 
@@ -81,15 +81,21 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         pool: int = 8,
         stretch: float = LINE_STRETCH,
         pen_share: float = PEN_SHARE,
+        more_share: float = MORE_FACE_SHARE,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
         self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
-        self.pen_share = pen_share
+        self.pen_share, self.more_share = pen_share, more_share
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
         source = TextSource(self.seed * 1009 + worker, self.words)
-        renderer = LineRenderer(load_fonts(self.fonts), self.seed * 1009 + worker, self.pen_share)
+        renderer = LineRenderer(
+            load_fonts(self.fonts),
+            self.seed * 1009 + worker,
+            pen_share=self.pen_share,
+            more_share=self.more_share,
+        )
         while True:
             text = source.line()
             try:

@@ -86,6 +86,12 @@ CRUMPLE_SHARE = 0.1
 # tower"), and four runs with them read worse than four without from the same start and command,
 # every one (+0.20 points, "Pen marks again"). train_vlm's `--pen-share` draws them for a run.
 PEN_SHARE = 0.0
+# Faces in this subfolder of the fonts folder (train.pack's MORE_FONTS, subset to Latin) are drawn
+# on MORE_FACE_SHARE of the Latin lines (`pick_font`), the receipt faces above them on the rest:
+# well over a hundred general faces drawn as often as each receipt face would otherwise crowd
+# out the 37 faces picked after receipt misreads.
+MORE_FOLDER = "more"
+MORE_FACE_SHARE = 0.35
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -99,6 +105,7 @@ class FontInfo:
     chars: frozenset[int]
     cjk: bool  # made for Chinese (`made_for_chinese`): Latin lines are drawn in it less often
     marked_zero: bool = False  # its zero has a dot or a slash inside (`zero_is_marked`)
+    more: bool = False  # one of the faces in MORE_FOLDER, drawn on MORE_FACE_SHARE of Latin lines
 
 
 # A face is made for Chinese when it has this share of the common characters.
@@ -169,7 +176,10 @@ def load_fonts(folder: Path) -> list[FontInfo]:
         for index, face in enumerate(faces):
             chars = frozenset(face.getBestCmap() or {})
             marked = ord("0") in chars and zero_is_marked(path, index)
-            fonts.append(FontInfo(path, index, chars, cjk=made_for_chinese(chars), marked_zero=marked))
+            more = MORE_FOLDER in path.relative_to(folder).parts[:-1]
+            fonts.append(
+                FontInfo(path, index, chars, cjk=made_for_chinese(chars), marked_zero=marked, more=more)
+            )
     if not fonts:
         raise FileNotFoundError(f"no fonts in {folder}")
     return fonts
@@ -188,9 +198,17 @@ def _font(path: Path, index: int, size: int) -> ImageFont.FreeTypeFont:
 class LineRenderer:
     """Seeded renderer: `render(text)` returns an RGB uint8 crop of that line, degraded at random."""
 
-    def __init__(self, fonts: list[FontInfo], seed: int, pen_share: float = PEN_SHARE) -> None:
+    def __init__(
+        self,
+        fonts: list[FontInfo],
+        seed: int,
+        *,
+        pen_share: float = PEN_SHARE,
+        more_share: float = MORE_FACE_SHARE,
+    ) -> None:
         self.fonts = fonts
         self.pen_share = pen_share  # the share of lines marked by a pen (`_pen_stroke`)
+        self.more_share = more_share  # the share of Latin lines drawn in a MORE_FOLDER face
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
 
@@ -202,8 +220,16 @@ class LineRenderer:
         # Latin lines prefer the non-CJK (receipt) fonts; the CJK font still draws some of them.
         latin = [f for f in usable if not f.cjk]
         if latin and self.rng.random() < 0.85:
-            return self.rng.choice(self._by_zero(text, latin))
-        return self.rng.choice(self._by_zero(text, usable))
+            return self.rng.choice(self._by_zero(text, self._by_pool(latin)))
+        return self.rng.choice(self._by_zero(text, [f for f in usable if not f.more] or usable))
+
+    def _by_pool(self, faces: list[FontInfo]) -> list[FontInfo]:
+        """The MORE_FOLDER faces on `more_share` of the lines, the others on the rest."""
+        more = [face for face in faces if face.more]
+        chosen = [face for face in faces if not face.more]
+        if more and chosen and self.rng.random() < self.more_share:
+            chosen = more
+        return chosen or more
 
     def _by_zero(self, text: str, faces: list[FontInfo]) -> list[FontInfo]:
         """The faces to draw `text` in: for a line with a zero, those with a marked zero only sometimes."""

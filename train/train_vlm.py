@@ -43,7 +43,7 @@ from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
-from train.render import PEN_SHARE  # noqa: E402
+from train.render import MORE_FACE_SHARE, PEN_SHARE  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -120,6 +120,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         _HELD_OUT_SEED,
         stretch=args.line_stretch,
         pen_share=args.pen_share,
+        more_share=args.more_face_share,
     ).samples(0)
     return list(islice(lines, args.eval_lines))
 
@@ -239,6 +240,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=PEN_SHARE,
         help="share of lines marked by a pen after printing (train.render's PEN_SHARE; off by default)",
     )
+    parser.add_argument(
+        "--more-face-share",
+        type=float,
+        default=MORE_FACE_SHARE,
+        help="share of Latin lines drawn in the fonts folder's more/ faces (train.render's MORE_FACE_SHARE)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -331,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seed * 100003 + step,
         stretch=args.line_stretch,
         pen_share=args.pen_share,
+        more_share=args.more_face_share,
     )
     loader = DataLoader(
         data,
