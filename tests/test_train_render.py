@@ -529,7 +529,7 @@ def test_faces_in_the_more_folder_are_marked_as_such(fonts_with_more: Path) -> N
     assert more == {"DejaVuSansLatin.ttf"}
 
 
-@pytest.mark.parametrize("share", [0.0, MORE_FACE_SHARE, 1.0])
+@pytest.mark.parametrize("share", [MORE_FACE_SHARE, 0.35, 1.0])
 def test_more_faces_draw_their_share_of_the_latin_lines_and_no_chinese_one(
     fonts_with_more: Path, share: float
 ) -> None:
@@ -547,3 +547,11 @@ def test_without_a_more_folder_every_latin_line_goes_to_the_receipt_faces(fonts:
         MONO_FONT.name,
         LATIN_FONT.name,
     }
+
+
+def test_at_a_share_of_0_a_more_folder_changes_no_line(fonts: Path, fonts_with_more: Path) -> None:
+    texts = ["CASH 8.88", "TOTAL : RM12.50", "合计 8.88", "Thank you"] * 3
+    without = LineRenderer(load_fonts(fonts), 6, more_share=0.0)
+    beside = LineRenderer(load_fonts(fonts_with_more), 6, more_share=0.0)
+    for text in texts:
+        assert np.array_equal(without.render(text), beside.render(text))

@@ -1,12 +1,12 @@
 """Packs what a GPU box without network needs to train into the ignored folder .train-carry/.
 
     python -m train.pack [--crops DIR [--crop-every N] [--unsure-below C --hints FILE]]
-        [--fonts-from /usr/share/fonts] [--words /usr/share/dict/words]
+        [--fonts-from /usr/share/fonts] [--words /usr/share/dict/words] [--more-faces]
 
 .train-carry/ gets: wheels/ (cp312 manylinux wheels of tokenizers, safetensors and the dependency
 closure of transformers, less numpy, which a box with torch has) and wheels-transformers/ (the
-transformers wheel alone), fonts/ (the Debian fonts the renderer uses; fonts/more/ the faces drawn on a
-share of the Latin lines, subset to Latin), words (Debian's word list),
+transformers wheel alone), fonts/ (the Debian fonts the renderer uses; with --more-faces, fonts/more/ holds
+MORE_FONTS cut down to Latin), words (Debian's word list),
 crops/ (every third receipt line crop made by train.make_crops by default, with its label;
 evaluation only; with --unsure-below, only those among them whose ONNX read in --hints is below C,
 the lines the cascade reads again) and run.sh, which installs both wheel folders into
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from train.eval_lines import unsure_crops
+from train.render import MORE_FOLDER
 
 CARRY = Path(".train-carry")
 # What a box with torch lacks, at the pins of train/requirements.txt; installed there with
@@ -100,14 +101,16 @@ FONTS = (
     "DotGothic16-Regular.ttf",
     "wqy-microhei.ttc",
 )
-# More Latin faces, carried in fonts/more/ and drawn on `render.MORE_FACE_SHARE` of the Latin
-# lines: the 37 faces above are picked after receipt misreads one by one, and a reader trained on
-# them reads what the renderer draws better than the ONNX recogniser does (1.72% against 4.60%)
-# and receipts worse (2.12% against 1.29%, train/README.md "The gap is the print"): real print
-# comes in more glyph shapes than 37 faces hold. Monospace, sans, condensed and serif faces of
-# the Debian packages in train/README.md, regular and bold; left out are faces that draw small
-# letters as capitals (Bebas Neue, small-caps cuts), whose labels would teach the wrong case, and
-# bitmap-only faces (Terminus), which FreeType draws at their few fixed sizes only. Subset to
+# More Latin faces, carried in fonts/more/ with --more-faces and drawn on `--more-face-share` of
+# the Latin lines (train.render's MORE_FACE_SHARE, off by default): the 37 faces above were picked
+# after receipt misreads one by one, and glyph shapes the reader had never seen looked like a
+# cause of its gap to the ONNX recogniser on receipts. Measured, they are not: the kept reader
+# reads lines drawn in these faces nearly as well as in its own (2.88% against 2.60%), and four
+# runs that drew them on 35% of the Latin lines read the receipts no better than six without
+# (train/README.md, "A hundred more faces"). Monospace, sans, condensed and serif faces of the
+# Debian packages in train/README.md, regular and bold; left out are faces that draw small letters
+# as capitals (Bebas Neue, small-caps cuts), whose labels would teach the wrong case, and
+# bitmap-only faces (Terminus), which FreeType draws at their few fixed sizes only. Cut down to
 # Latin (`subset_latin`), they take 6 MB where whole they would take 60.
 MORE_FONTS = (
     # monospace
@@ -237,7 +240,6 @@ MORE_FONTS = (
     "texgyreschola-regular.otf",
     "NanumMyeongjo.ttf",
 )
-MORE_FOLDER = "more"  # under fonts/: render.load_fonts marks the faces found there
 # What a Latin line of the text source can hold (ASCII and the yen sign today), with room: Latin-1
 # and Extended-A, general punctuation, currency symbols.
 LATIN_RANGES = ((0x20, 0x7E), (0xA0, 0x17F), (0x2010, 0x206F), (0x20A0, 0x20CF))
@@ -402,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--hints", type=Path, help="the crops' ONNX reads (bench.vlm_lines --save-hints)")
     parser.add_argument("--fonts-from", type=Path, action="append", default=None)
+    parser.add_argument(
+        "--more-faces",
+        action="store_true",
+        help="also carry MORE_FONTS cut to Latin in fonts/more/ (drawn with train_vlm --more-face-share)",
+    )
     parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
     args = parser.parse_args(argv)
     if (args.unsure_below is None) != (args.hints is None):
@@ -423,9 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     roots = args.fonts_from or [Path("/usr/share/fonts"), Path("/usr/share/texmf/fonts")]
     for name in FONTS:
         shutil.copy2(find_font(name, roots), fonts / name)
-    (fonts / MORE_FOLDER).mkdir()
-    for name in MORE_FONTS:
-        subset_latin(find_font(name, roots), fonts / MORE_FOLDER / name)
+    if args.more_faces:
+        (fonts / MORE_FOLDER).mkdir()
+        for name in MORE_FONTS:
+            subset_latin(find_font(name, roots), fonts / MORE_FOLDER / name)
     shutil.copy2(args.words.resolve(), CARRY / "words")
     if args.crops:
         copy_crops(args.crops, CARRY / "crops", args.crop_every, unsure)

@@ -244,7 +244,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--more-face-share",
         type=float,
         default=MORE_FACE_SHARE,
-        help="share of Latin lines drawn in the fonts folder's more/ faces (train.render's MORE_FACE_SHARE)",
+        help="share of Latin lines drawn in the fonts' more/ faces (train.render's MORE_FACE_SHARE; off)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
