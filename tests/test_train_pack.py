@@ -13,7 +13,16 @@ from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
 
 from tests.rendering import LATIN_FONT
-from train.pack import RUN_SH, SPLIT_FOLDER, copy_crops, download_wheels, split_wheels, subset_latin
+from train.pack import (
+    CALL_BYTES,
+    RUN_SH,
+    SPLIT_FOLDER,
+    copy_crops,
+    download_wheels,
+    over_a_call,
+    split_wheels,
+    subset_latin,
+)
 
 
 def _crop_folder(source: Path) -> None:
@@ -175,3 +184,11 @@ def test_a_latin_cut_keeps_every_latin_glyph_as_drawn_and_drops_the_rest(tmp_pat
         return np.asarray(canvas)
 
     assert np.array_equal(drawn(cut), drawn(LATIN_FONT))
+
+
+def test_a_part_too_large_is_one_that_does_not_fit_a_call_beside_the_checkout() -> None:
+    checkout = 38_000_000
+    room = CALL_BYTES - checkout
+    sizes = {"fonts, words, run.sh": room, "wheels": room + 1, "crops": 1_000}
+    # Each part goes in a call of its own: their sum is over a call, and only the one past it counts.
+    assert over_a_call(sizes, checkout) == ["wheels"]

@@ -21,7 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from train.eval_lines import unsure_crops
 from train.render import MORE_FOLDER
 
 CARRY = Path(".train-carry")
+CALL_BYTES = 64 * 1024 * 1024  # what one device call carries, the checkout included
 # What a box with torch lacks, at the pins of train/requirements.txt; installed there with
 # --no-deps, so the closure is downloaded here.
 CARRIED = ("transformers", "tokenizers", "safetensors", "rapidfuzz")
@@ -303,6 +304,27 @@ fi
 """.replace("@CARRIED@", ", ".join(CARRIED))
 
 
+def carried_bytes(path: Path) -> int:
+    """The bytes of a file, or of every file under a folder."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files)
+
+
+def checkout_bytes() -> int:
+    """The bytes of the files git tracks: the working tree every device call carries besides."""
+    listed = subprocess.run(["git", "ls-files", "-z"], check=True, capture_output=True, text=True).stdout
+    return sum(carried_bytes(Path(name)) for name in listed.split("\0") if name and Path(name).is_file())
+
+
+def over_a_call(sizes: Mapping[str, int], checkout: int) -> list[str]:
+    """The parts carried one call each (`bash train/box.sh stash`) that do not fit beside the checkout.
+
+    The limit is a call's, not the whole carry's: the parts go over consecutive calls, and a soup's
+    parts in .train-carry/init, which pack does not write, go in calls of their own.
+    """
+    return [call for call, size in sizes.items() if checkout + size > CALL_BYTES]
+
+
 def find_font(name: str, roots: list[Path]) -> Path:
     for root in roots:
         # Sorted: a package may ship one file name in several folders (Fantasque's variants).
@@ -439,9 +461,22 @@ def main(argv: list[str] | None = None) -> int:
         copy_crops(args.crops, CARRY / "crops", args.crop_every, unsure)
     (CARRY / "run.sh").write_text(RUN_SH, encoding="utf-8")
     (CARRY / "run.sh").chmod(0o755)
-    size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
-    print(f"{CARRY}: {size / 1e6:.1f} MB")
-    return 0 if size < 60e6 else 1
+    calls = {
+        "fonts, words, run.sh": [fonts, CARRY / "words", CARRY / "run.sh"],
+        "wheels": [wheels],
+        SPLIT_FOLDER: [CARRY / SPLIT_FOLDER],
+        **({"crops": [CARRY / "crops"]} if args.crops else {}),
+    }
+    sizes = {call: sum(map(carried_bytes, paths)) for call, paths in calls.items()}
+    checkout = checkout_bytes()
+    for call, size in sizes.items():
+        print(f"{call}: {size / 1e6:.1f} MB, {(checkout + size) / 1e6:.1f} MB with the checkout")
+    too_large = over_a_call(sizes, checkout)
+    if too_large:
+        print(
+            f"more than one call carries ({CALL_BYTES / 1e6:.1f} MB): {', '.join(too_large)}", file=sys.stderr
+        )
+    return 1 if too_large else 0
 
 
 if __name__ == "__main__":
