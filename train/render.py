@@ -642,6 +642,8 @@ def main() -> None:
 
     fonts, words, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+    if sys.argv[5:] not in ([], ["more"]):
+        raise SystemExit("usage: python -m train.render FONTS WORDS OUT [N [more]]")
     faces = load_fonts(fonts)
     if sys.argv[5:] == ["more"]:
         faces = [face for face in faces if face.more]
