@@ -11,7 +11,7 @@ import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from tests.rendering import CJK_FONT, LATIN_FONT, MONO_FONT, link_fonts
-from train.line_shapes import line_shape
+from train.line_shapes import line_looks, line_shape
 from train.pack import subset_latin
 from train.render import (
     LINE_HEIGHT,
@@ -373,6 +373,54 @@ def test_pen_share_is_the_share_of_lines_a_pen_marks(
     for _ in range(12):
         renderer.render("TOTAL : RM12.50")
     assert len(calls) == marked
+
+
+def test_scanner_levels_clip_the_paper_to_white_and_widen_the_contrast(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 2)
+    image = np.full((30, 120), 200.0, np.float32)
+    image[10:20, 10:110] = 80.0  # a bar of grey ink on grey paper
+    image += np.random.default_rng(0).normal(0, 4, image.shape).astype(np.float32)
+    for _ in range(20):
+        levelled = np.clip(renderer._scanner_levels(image), 0, 255)
+        paper, ink = levelled[:5], levelled[12:18, 20:100]
+        # The white point sits at or under the paper's upper grain: it reaches white, much of it clipped.
+        assert np.median(paper) >= 250 and (paper >= 255).mean() > 0.3
+        assert np.median(paper) - np.median(ink) > 200 - 80
+
+
+def test_scanner_levels_leave_light_print_on_a_dark_band_alone(fonts: Path) -> None:
+    band = np.full((30, 120), 40.0, np.float32)
+    band[10:20, 10:40] = 230.0  # a little light print: most of the crop is the dark band
+    assert np.array_equal(LineRenderer(load_fonts(fonts), 2)._scanner_levels(band), band)
+
+
+@pytest.mark.parametrize(("levels_share", "levelled"), [(0.0, 0), (1.0, 12)])
+def test_levels_share_is_the_share_of_lines_given_a_scanners_levels(
+    fonts: Path, monkeypatch: pytest.MonkeyPatch, levels_share: float, levelled: int
+) -> None:
+    calls: list[int] = []
+    levels = LineRenderer._scanner_levels
+
+    def counted(self: LineRenderer, image: np.ndarray) -> np.ndarray:
+        calls.append(image.shape[0])
+        return levels(self, image)
+
+    monkeypatch.setattr(LineRenderer, "_scanner_levels", counted)
+    renderer = LineRenderer(load_fonts(fonts), 4, levels_share=levels_share)
+    for _ in range(12):
+        renderer.render("TOTAL : RM12.50")
+    assert len(calls) == levelled
+
+
+def test_lines_given_a_scanners_levels_reach_the_model_on_white_paper(fonts: Path) -> None:
+    def paper_levels(share: float) -> list[float]:
+        renderer = LineRenderer(load_fonts(fonts), 9, levels_share=share)
+        lines = [renderer.render(f"CASH {n}.00 THANK YOU") for n in range(40)]
+        return [line_looks(line)[0] for line in lines]
+
+    # The renderer's own paper is 170-255 and grained; a scanner's levels take most of it to white.
+    assert np.median(paper_levels(0.0)) < 240
+    assert np.median(paper_levels(1.0)) >= 250
 
 
 def test_pen_marks_are_off_by_default(fonts: Path) -> None:

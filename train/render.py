@@ -95,6 +95,14 @@ PEN_SHARE = 0.0
 # train_vlm's `--more-face-share` draws them for a run.
 MORE_FOLDER = "more"
 MORE_FACE_SHARE = 0.0
+# A scanner's automatic levels: the paper pushed to white, clipped with its grain, and the ink
+# darkened, as most receipt scans are. The renderer's own paper (170-255) and ink (0-90) left the
+# lines greyer and flatter than the receipt crops: at the model's input the median crop's paper is
+# 255 and its contrast 193 of 255, the median rendered line's paper 212 and contrast 126 (at a
+# share of 0.75: 255 and 192; `python -m train.line_shapes --crops DIR --looks --count 3430
+# --levels-share S`, train/README.md, "A scanner's levels"). Drawn on SCANNER_LEVELS_SHARE of the lines,
+# after the scan's blur and noise and before its JPEG; train_vlm's `--levels-share` sets it.
+SCANNER_LEVELS_SHARE = 0.0
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -208,8 +216,10 @@ class LineRenderer:
         *,
         pen_share: float = PEN_SHARE,
         more_share: float = MORE_FACE_SHARE,
+        levels_share: float = SCANNER_LEVELS_SHARE,
     ) -> None:
         self.fonts = fonts
+        self.levels_share = levels_share  # the share of lines given a scanner's levels (`_scanner_levels`)
         self.pen_share = pen_share  # the share of lines marked by a pen (`_pen_stroke`)
         self.more_share = more_share  # the share of Latin lines drawn in a MORE_FOLDER face
         self.rng = random.Random(seed)
@@ -609,6 +619,19 @@ class LineRenderer:
         interpolation = cv2.INTER_AREA if factor < 1 else cv2.INTER_LINEAR
         return cv2.resize(image, (width, image.shape[0]), interpolation=interpolation)
 
+    def _scanner_levels(self, image: np.ndarray) -> np.ndarray:
+        """Stretches the grey levels as a scanner's auto-levels do: paper to white, ink towards black."""
+        rng = self.rng
+        paper, ink = (float(level) for level in np.percentile(image, (75, 2)))
+        if paper - ink < 24:  # light print on a dark band, or no print: nothing to stretch
+            return image
+        # The white point sits at or a little under the paper, so the paper clips to 255 (its
+        # grain and the noise with it); the black point from well under the ink (which then stays
+        # a dark grey) to a little over it (its darkest strokes clip to black, as in many scans).
+        white = paper - rng.uniform(0.0, 0.15) * (paper - ink)
+        black = max(0.0, ink + rng.uniform(-0.6, 0.3) * (paper - ink))
+        return np.asarray((image - black) * (255.0 / (white - black)), np.float32)
+
     def _degrade(self, image: np.ndarray) -> np.ndarray:
         rng = self.rng
         if rng.random() < 0.4:  # scanned at a lower resolution than drawn
@@ -619,6 +642,9 @@ class LineRenderer:
             image = cv2.GaussianBlur(image, (0, 0), rng.uniform(0.3, 1.2))
         if rng.random() < 0.5:
             image = image + self.np_rng.normal(0, rng.uniform(2, 14), size=image.shape)
+        # No draw at a share of 0: such a run renders the lines of a renderer without levels.
+        if self.levels_share > 0 and rng.random() < self.levels_share:
+            image = self._scanner_levels(image)
         image = np.clip(image, 0, 255).astype(np.uint8)
         if rng.random() < 0.4:
             ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, rng.randint(25, 85)])

@@ -43,7 +43,7 @@ from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
-from train.render import MORE_FACE_SHARE, PEN_SHARE  # noqa: E402
+from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -121,6 +121,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         stretch=args.line_stretch,
         pen_share=args.pen_share,
         more_share=args.more_face_share,
+        levels_share=args.levels_share,
     ).samples(0)
     return list(islice(lines, args.eval_lines))
 
@@ -246,6 +247,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=MORE_FACE_SHARE,
         help="share of Latin lines drawn in the fonts' more/ faces (train.render's MORE_FACE_SHARE; off)",
     )
+    parser.add_argument(
+        "--levels-share",
+        type=float,
+        default=SCANNER_LEVELS_SHARE,
+        help="share of lines given a scanner's levels, paper to white (train.render's SCANNER_LEVELS_SHARE)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -339,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         stretch=args.line_stretch,
         pen_share=args.pen_share,
         more_share=args.more_face_share,
+        levels_share=args.levels_share,
     )
     loader = DataLoader(
         data,
