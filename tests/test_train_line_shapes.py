@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.line_shapes import line_shape, percentiles
+from train.line_shapes import LOOKS, line_looks, line_shape, percentiles
 
 
 def test_ink_height_share_and_width_per_character() -> None:
@@ -24,3 +24,28 @@ def test_percentiles_of_both_figures() -> None:
     table = percentiles([(i / 100, i / 10) for i in range(101)])
     assert table["ink height share"] == [0.1, 0.25, 0.5, 0.75, 0.9]
     assert table["width per char / height"] == [1.0, 2.5, 5.0, 7.5, 9.0]
+
+
+def test_looks_of_grey_print_on_grey_paper_at_the_models_input() -> None:
+    crop = np.full((40, 200, 3), 220, np.uint8)
+    crop[12:28, 10:190:8] = 60  # vertical strokes, 1 px wide in 8, over the middle of the height
+    crop[12:28, 11:190:8] = 60
+    paper, ink, contrast, dark = line_looks(crop)
+    assert paper == pytest.approx(220, abs=1)
+    assert ink == pytest.approx(60, abs=3)  # two-pixel strokes stretched threefold keep their level
+    assert contrast == pytest.approx(paper - ink)
+    assert 0.05 < dark < 0.25  # strokes on a quarter of the columns, 40% of the rows
+
+
+def test_looks_leave_the_white_padding_out() -> None:
+    # A short line is padded with white to 224 px at the model's input: grey paper stays grey.
+    crop = np.full((28, 30), 180, np.uint8)
+    crop[8:20, 5:25] = 10
+    assert line_looks(crop)[0] == pytest.approx(180, abs=1)
+
+
+def test_percentiles_of_the_looks_by_name() -> None:
+    table = percentiles([(float(i), 0.0, 1.0, i / 100) for i in range(101)], LOOKS)
+    assert list(table) == list(LOOKS)
+    assert table["paper level"] == [10.0, 25.0, 50.0, 75.0, 90.0]
+    assert table["dark share"] == [0.1, 0.25, 0.5, 0.75, 0.9]

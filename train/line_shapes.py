@@ -1,24 +1,28 @@
-"""How rendered lines are shaped against a folder of real line crops: ink height and glyph width.
+"""How rendered lines are shaped and printed against a folder of real line crops.
 
-    python -m train.line_shapes --crops DIR [--fonts DIR] [--words FILE] [--count N]
+    python -m train.line_shapes --crops DIR [--fonts DIR] [--words FILE] [--count N] [--looks]
 
 A line reader trained on one shape of line reads others badly, so the renderer must cover the
 shapes a detector hands over. Two figures per line, printed as percentiles (10, 25, 50, 75, 90)
 for the crops and for as many rendered lines: the share of the crop's height that holds ink (a
 loose detector box makes the text small once the line is scaled to 28 px), and the crop's width
 per character over its height (condensed faces are narrow). Lines of fewer than four characters are
-left out: their width says little about a glyph's.
+left out: their width says little about a glyph's. With `--looks`, four more, of the grey levels
+the model is given (`prepare_line`'s 28 rows, its white padding left out): the paper's level, the
+ink's, the contrast between them and the share of pixels darker than half-way.
 """
 
 from __future__ import annotations
 
 import argparse
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from appliance.engines.vlm_gguf.line_image import drawn_width, prepare_line
 from train.make_crops import read_crops
 
 PERCENTILES = (10, 25, 50, 75, 90)
@@ -36,18 +40,37 @@ def line_shape(image: np.ndarray, text: str) -> tuple[float, float]:
     return float(ink), grey.shape[1] / height / max(len(text), 1)
 
 
+def line_looks(image: np.ndarray) -> tuple[float, float, float, float]:
+    """(paper, ink, contrast, dark share) of a crop's grey levels at the model's input.
+
+    The paper is the 90th percentile of the prepared line's grey levels, the ink the 3rd (most of a
+    line is paper; thin strokes shrunk to 28 rows are paler than the print), the dark share that of
+    pixels nearer the ink than the paper.
+    """
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+    prepared = prepare_line(grey)[:, : drawn_width(*grey.shape[:2]), 0].astype(np.float32)
+    paper, ink = np.percentile(prepared, (90, 3))
+    dark = prepared < (paper + ink) / 2
+    return float(paper), float(ink), float(paper - ink), float(dark.mean())
+
+
+LOOKS = ("paper level", "ink level", "contrast", "dark share")
+
+
 def _has_wide(text: str) -> bool:
     """Whether the text holds a wide (East Asian full-width) character: Han, kana, full-width forms."""
     return any(unicodedata.east_asian_width(char) in "FW" for char in text)
 
 
-def percentiles(shapes: list[tuple[float, float]]) -> dict[str, list[float]]:
-    """The percentiles of both figures, rounded for printing."""
+SHAPES = ("ink height share", "width per char / height")
+
+
+def percentiles(
+    shapes: Sequence[tuple[float, ...]], names: tuple[str, ...] = SHAPES
+) -> dict[str, list[float]]:
+    """The percentiles of each figure (`names`, in the tuples' order), rounded for printing."""
     table = np.asarray(shapes, dtype=np.float64)
-    return {
-        "ink height share": np.percentile(table[:, 0], PERCENTILES).round(3).tolist(),
-        "width per char / height": np.percentile(table[:, 1], PERCENTILES).round(3).tolist(),
-    }
+    return {name: np.percentile(table[:, i], PERCENTILES).round(3).tolist() for i, name in enumerate(names)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,25 +80,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--words", type=Path, default=Path("/usr/share/dict/words"))
     parser.add_argument("--count", type=int, default=1500, help="crops read (as many lines are rendered)")
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--looks", action="store_true", help="also the grey levels at the model's input")
+    parser.add_argument(
+        "--levels-share", type=float, help="render with this share of scanner levels (the renderer's default)"
+    )
     args = parser.parse_args(argv)
-    from train.render import LineRenderer, load_fonts
+    from train.render import SCANNER_LEVELS_SHARE, LineRenderer, load_fonts
     from train.text_source import TextSource
 
     crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.count) if len(text) >= _MIN_CHARS]
     real = [line_shape(crop, text) for crop, text in crops]
+    real_looks = [line_looks(crop) for crop, _ in crops] if args.looks else []
     # Chinese and other full-width characters are about twice as wide as Latin ones: rendered lines
     # holding them count only when the crops hold some.
     with_wide = any(_has_wide(text) for _, text in crops)
-    renderer = LineRenderer(load_fonts(args.fonts), args.seed)
+    levels = SCANNER_LEVELS_SHARE if args.levels_share is None else args.levels_share
+    renderer = LineRenderer(load_fonts(args.fonts), args.seed, levels_share=levels)
     source = TextSource(args.seed, args.words)
     rendered: list[tuple[float, float]] = []
+    rendered_looks: list[tuple[float, float, float, float]] = []
     while len(rendered) < len(real):
         text = source.line()
         if len(text) >= _MIN_CHARS and (with_wide or not _has_wide(text)):
-            rendered.append(line_shape(renderer.render(text), text))
+            # The renderer's lines are RGB; line_looks takes BGR as the crops are read: grey alike.
+            line = cv2.cvtColor(renderer.render(text), cv2.COLOR_RGB2BGR)
+            rendered.append(line_shape(line, text))
+            if args.looks:
+                rendered_looks.append(line_looks(line))
     print(f"percentiles {list(PERCENTILES)}")
     for name, shapes in (("crops", real), ("rendered", rendered)):
         for figure, values in percentiles(shapes).items():
+            print(f"{name:9s} {figure:24s} {values}")
+    for name, looks in (("crops", real_looks), ("rendered", rendered_looks)):
+        for figure, values in (percentiles(looks, LOOKS) if looks else {}).items():
             print(f"{name:9s} {figure:24s} {values}")
     return 0
 
