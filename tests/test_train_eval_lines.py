@@ -74,6 +74,25 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     assert (plain_width, wide_width) == (420, 630)  # the line's own width, not the white padding's
 
 
+def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path) -> None:
+    import json
+
+    import cv2
+    import numpy as np
+
+    from train.eval_lines import load_crops
+
+    crop = np.full((28, 224, 3), 255, np.uint8)
+    crop[8:20, 20:200] = 0  # black ink on white paper
+    cv2.imwrite(str(tmp_path / "a.png"), crop)
+    (tmp_path / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
+    ((_, _, plain, _),) = load_crops(tmp_path, stretch=1.0)
+    ((_, _, toned, _),) = load_crops(tmp_path, stretch=1.0, tone=(0.72, 45.0))
+    assert (plain[2, 100, 0], plain[14, 100, 0]) == (255, 0)
+    assert (toned[2, 100, 0], toned[14, 100, 0]) == (229, 45)  # 0.72 * 255 + 45 and 0.72 * 0 + 45
+    assert (toned[:, 224:] == 255).all()  # the padding stays white
+
+
 def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_the_print() -> None:
     truths = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE"]
     reads = ["TAX", "RM 1.00", "TOTAL AMOUNT DUE", "GOODS SOLD ARE NOT RETURNABLE THANK"]

@@ -1,7 +1,7 @@
 """Greedy-reads a folder of line crops with a trained export and prints its character error rates.
 
     python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F] [--worst N]
-        [--against READS.json]
+        [--against READS.json] [--tone GAIN OFFSET]
 
 `crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
 `train.render.prepare_line`, the same contract as in training and in the appliance's caller.
@@ -261,17 +261,25 @@ def read_lines(
 
 
 def load_crops(
-    folder: Path, limit: int | None = None, x_scale: float = 1.0, stretch: float = LINE_STRETCH
+    folder: Path,
+    limit: int | None = None,
+    x_scale: float = 1.0,
+    stretch: float = LINE_STRETCH,
+    tone: tuple[float, float] = (1.0, 0.0),
 ) -> list[tuple[str, str, np.ndarray, int]]:
     """(file, truth, prepared RGB image, the line's width in it) for each line of folder/labels.jsonl.
 
     The folder is train.make_crops' output. x_scale != 1 stretches each crop horizontally first:
-    how much the reading depends on the glyphs' width, which differs from font to font. `stretch`
-    is the model's own (line_image.trained_stretch).
+    how much the reading depends on the glyphs' width, which differs from font to font. `tone`
+    (gain, offset) maps each grey level v to gain * v + offset first: how much the reading
+    depends on the paper's and the ink's levels (0.72, 45 greys white paper to 229 and black ink
+    to 45). `stretch` is the model's own (line_image.trained_stretch).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
         line = crop
+        if tone != (1.0, 0.0):
+            line = np.clip(np.rint(crop.astype(np.float32) * tone[0] + tone[1]), 0, 255).astype(np.uint8)
         if x_scale != 1.0:
             width = max(1, round(crop.shape[1] * x_scale))
             line = cv2.resize(crop, (width, crop.shape[0]), interpolation=cv2.INTER_CUBIC)
@@ -292,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pad", action="store_true", help="widen batches with white (quick, not exact)")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--x-scale", type=float, default=1.0, help="stretch crops horizontally first")
+    parser.add_argument(
+        "--tone",
+        type=float,
+        nargs=2,
+        default=(1.0, 0.0),
+        metavar=("GAIN", "OFFSET"),
+        help="map the crops' grey levels v to GAIN * v + OFFSET first",
+    )
     parser.add_argument("--worst", type=int, default=0, help="print the N lines with the most edits")
     parser.add_argument(
         "--against",
@@ -311,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_export(args.hf, args.device)
-    crops = load_crops(args.crops, args.limit, args.x_scale, trained_stretch(args.hf))
+    crops = load_crops(args.crops, args.limit, args.x_scale, trained_stretch(args.hf), tuple(args.tone))
     started = time.perf_counter()
     texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started
