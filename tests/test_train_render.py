@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -357,22 +358,37 @@ def test_a_pen_mark_crosses_the_print_within_its_columns_and_keeps_every_stroke(
     assert marked_cols[0] >= cols[0] - size * 0.2 and marked_cols[-1] <= cols[-1] + size * 0.2
 
 
-@pytest.mark.parametrize(("pen_share", "marked"), [(0.0, 0), (1.0, 12)])
-def test_pen_share_is_the_share_of_lines_a_pen_marks(
-    fonts: Path, monkeypatch: pytest.MonkeyPatch, pen_share: float, marked: int
+def _count_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[None]:
+    """A list that grows by one each time LineRenderer's `method` is called (it still runs)."""
+    calls: list[None] = []
+    original = getattr(LineRenderer, method)
+
+    def counted(self: LineRenderer, *args: Any) -> Any:
+        calls.append(None)
+        return original(self, *args)
+
+    monkeypatch.setattr(LineRenderer, method, counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("method", "share_name", "share", "called"),
+    [
+        ("_pen_stroke", "pen_share", 0.0, 0),
+        ("_pen_stroke", "pen_share", 1.0, 12),
+        ("_scanner_levels", "levels_share", 0.0, 0),
+        ("_scanner_levels", "levels_share", 1.0, 12),
+    ],
+)
+def test_a_share_is_the_share_of_lines_given_that_step(
+    fonts: Path, monkeypatch: pytest.MonkeyPatch, method: str, share_name: str, share: float, called: int
 ) -> None:
-    calls: list[int] = []
-    stroke = LineRenderer._pen_stroke
-
-    def counted(self: LineRenderer, ink: np.ndarray, size: int) -> np.ndarray:
-        calls.append(size)
-        return stroke(self, ink, size)
-
-    monkeypatch.setattr(LineRenderer, "_pen_stroke", counted)
-    renderer = LineRenderer(load_fonts(fonts), 4, pen_share=pen_share)
+    # Pen marks (`_pen_stroke`) and a scanner's levels (`_scanner_levels`) each on its share of lines.
+    calls = _count_calls(monkeypatch, method)
+    renderer = LineRenderer(load_fonts(fonts), 4, **{share_name: share})
     for _ in range(12):
         renderer.render("TOTAL : RM12.50")
-    assert len(calls) == marked
+    assert len(calls) == called
 
 
 def test_scanner_levels_clip_the_paper_to_white_and_widen_the_contrast(fonts: Path) -> None:
@@ -392,24 +408,6 @@ def test_scanner_levels_leave_light_print_on_a_dark_band_alone(fonts: Path) -> N
     band = np.full((30, 120), 40.0, np.float32)
     band[10:20, 10:40] = 230.0  # a little light print: most of the crop is the dark band
     assert np.array_equal(LineRenderer(load_fonts(fonts), 2)._scanner_levels(band), band)
-
-
-@pytest.mark.parametrize(("levels_share", "levelled"), [(0.0, 0), (1.0, 12)])
-def test_levels_share_is_the_share_of_lines_given_a_scanners_levels(
-    fonts: Path, monkeypatch: pytest.MonkeyPatch, levels_share: float, levelled: int
-) -> None:
-    calls: list[int] = []
-    levels = LineRenderer._scanner_levels
-
-    def counted(self: LineRenderer, image: np.ndarray) -> np.ndarray:
-        calls.append(image.shape[0])
-        return levels(self, image)
-
-    monkeypatch.setattr(LineRenderer, "_scanner_levels", counted)
-    renderer = LineRenderer(load_fonts(fonts), 4, levels_share=levels_share)
-    for _ in range(12):
-        renderer.render("TOTAL : RM12.50")
-    assert len(calls) == levelled
 
 
 def test_lines_given_a_scanners_levels_reach_the_model_on_white_paper(fonts: Path) -> None:
