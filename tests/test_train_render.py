@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from train.render import (
     MORE_FOLDER,
     FontInfo,
     LineRenderer,
+    Shares,
     drawn_as_homoglyphs,
     load_fonts,
     made_for_chinese,
@@ -389,6 +391,20 @@ def test_a_share_is_the_share_of_lines_given_that_step(
     for _ in range(12):
         renderer.render("TOTAL : RM12.50")
     assert len(calls) == called
+
+
+def test_shares_are_the_renderers_own_keyword_arguments(fonts: Path) -> None:
+    # A trainer's data loader builds its renderers with `**asdict(shares)`.
+    renderer = LineRenderer(
+        load_fonts(fonts), 1, **asdict(Shares(pen_share=0.1, more_share=0.2, levels_share=0.3))
+    )
+    assert (renderer.pen_share, renderer.more_share, renderer.levels_share) == (0.1, 0.2, 0.3)
+    default = LineRenderer(load_fonts(fonts), 1)
+    assert asdict(Shares()) == {
+        "pen_share": default.pen_share,
+        "more_share": default.more_share,
+        "levels_share": default.levels_share,
+    }
 
 
 def test_scanner_levels_clip_the_paper_to_white_and_widen_the_contrast(fonts: Path) -> None:

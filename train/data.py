@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
-from train.render import (
-    LINE_STRETCH,
-    MORE_FACE_SHARE,
-    PEN_SHARE,
-    SCANNER_LEVELS_SHARE,
-    LineRenderer,
-    load_fonts,
-    prepare_line,
-)
+from train.render import DEFAULT_SHARES, LINE_STRETCH, LineRenderer, Shares, load_fonts, prepare_line
 from train.step import batch_indices
 from train.text_source import TextSource, label_of
 
@@ -88,13 +80,11 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         *,
         pool: int = 8,
         stretch: float = LINE_STRETCH,
-        pen_share: float = PEN_SHARE,
-        more_share: float = MORE_FACE_SHARE,
-        levels_share: float = SCANNER_LEVELS_SHARE,
+        shares: Shares = DEFAULT_SHARES,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
         self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
-        self.pen_share, self.more_share, self.levels_share = pen_share, more_share, levels_share
+        self.shares = shares
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -102,9 +92,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         renderer = LineRenderer(
             load_fonts(self.fonts),
             self.seed * 1009 + worker,
-            pen_share=self.pen_share,
-            more_share=self.more_share,
-            levels_share=self.levels_share,
+            **asdict(self.shares),
         )
         while True:
             text = source.line()

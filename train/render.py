@@ -105,6 +105,23 @@ MORE_FACE_SHARE = 0.0
 # (train/README.md, "A scanner's levels"). Drawn after the scan's blur and noise and before its
 # JPEG; train_vlm's `--levels-share` sets the share for a run.
 SCANNER_LEVELS_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class Shares:
+    """How often the renderer takes its optional steps: LineRenderer's keyword arguments as one object.
+
+    A trainer passes it through its data loader: `LineRenderer(fonts, seed, **asdict(shares))`.
+    """
+
+    pen_share: float = PEN_SHARE
+    more_share: float = MORE_FACE_SHARE
+    levels_share: float = SCANNER_LEVELS_SHARE
+
+
+DEFAULT_SHARES = Shares()
+
+
 _NEIGHBOUR_CAPITALS = "ABCDEFGHKLMNPRSTUWXY0123456789 .:-"
 _NEIGHBOUR_SMALL = "abcdefghijklmnopqrstuvwxyz    .,"
 
@@ -238,12 +255,19 @@ class LineRenderer:
             return self.rng.choice(self._by_zero(text, self._by_pool(latin)))
         return self.rng.choice(self._by_zero(text, [f for f in usable if not f.more] or usable))
 
+    def _chance(self, share: float) -> bool:
+        """True on `share` of calls, with no random draw at a share of 0.
+
+        So a step added off by default leaves the random stream, and every line a run draws, as
+        they were before the step existed.
+        """
+        return share > 0 and self.rng.random() < share
+
     def _by_pool(self, faces: list[FontInfo]) -> list[FontInfo]:
         """The MORE_FOLDER faces on `more_share` of the lines, the others on the rest."""
         more = [face for face in faces if face.more]
         chosen = [face for face in faces if not face.more]
-        # No draw at a share of 0: such a run renders the lines of a fonts folder without more/.
-        if more and chosen and self.more_share > 0 and self.rng.random() < self.more_share:
+        if more and chosen and self._chance(self.more_share):
             chosen = more
         return chosen or more
 
@@ -644,8 +668,7 @@ class LineRenderer:
             image = cv2.GaussianBlur(image, (0, 0), rng.uniform(0.3, 1.2))
         if rng.random() < 0.5:
             image = image + self.np_rng.normal(0, rng.uniform(2, 14), size=image.shape)
-        # No draw at a share of 0: such a run renders the lines of a renderer without levels.
-        if self.levels_share > 0 and rng.random() < self.levels_share:
+        if self._chance(self.levels_share):
             image = self._scanner_levels(image)
         image = np.clip(image, 0, 255).astype(np.uint8)
         if rng.random() < 0.4:

@@ -43,7 +43,7 @@ from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
-from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE  # noqa: E402
+from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE, Shares  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -111,6 +111,11 @@ def _schedule(total: int, warmup: int) -> Any:
     return factor
 
 
+def _shares(args: argparse.Namespace) -> Shares:
+    """The renderer's optional steps at the shares this run was asked for."""
+    return Shares(pen_share=args.pen_share, more_share=args.more_face_share, levels_share=args.levels_share)
+
+
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
     lines = SyntheticLines(
         tokenizer,
@@ -119,9 +124,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         1,
         _HELD_OUT_SEED,
         stretch=args.line_stretch,
-        pen_share=args.pen_share,
-        more_share=args.more_face_share,
-        levels_share=args.levels_share,
+        shares=_shares(args),
     ).samples(0)
     return list(islice(lines, args.eval_lines))
 
@@ -344,9 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         args.batch,
         args.seed * 100003 + step,
         stretch=args.line_stretch,
-        pen_share=args.pen_share,
-        more_share=args.more_face_share,
-        levels_share=args.levels_share,
+        shares=_shares(args),
     )
     loader = DataLoader(
         data,
