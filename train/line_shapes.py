@@ -111,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, shapes in (("crops", real), ("rendered", rendered)):
         for figure, values in percentiles(shapes).items():
             print(f"{name:9s} {figure:24s} {values}")
-    for name, looks in (("crops", real_looks), ("rendered", rendered_looks)):
-        for figure, values in (percentiles(looks, LOOKS) if looks else {}).items():
-            print(f"{name:9s} {figure:24s} {values}")
+    if args.looks:
+        for name, looks in (("crops", real_looks), ("rendered", rendered_looks)):
+            for figure, values in percentiles(looks, LOOKS).items():
+                print(f"{name:9s} {figure:24s} {values}")
     return 0
 
 
