@@ -24,6 +24,7 @@ from rapidfuzz.distance import Levenshtein
 
 from appliance.engines.vlm_gguf.line_image import drawn_width, trained_stretch
 from bench.text_forms import normalize, normalize_spaced
+from train.line_shapes import prepared_looks
 from train.make_crops import read_crops
 from train.render import LINE_STRETCH, prepare_line
 from train.text_source import letter_case
@@ -154,6 +155,21 @@ def ink_fill_band(image: np.ndarray, width: int, bands: Sequence[int] = INK_FILL
     inked = np.flatnonzero(((np.percentile(gray, 90) - gray) > 60).mean(axis=1) >= 0.01)
     share = 0.0 if inked.size == 0 else (inked[-1] - inked[0] + 1) / gray.shape[0]
     return f"ink over {_band(100 * share, bands)}% of the height"
+
+
+DARK_SHARE_BANDS = (0, 13, 16, 19)  # percent of a line image's pixels nearer the ink than the paper
+
+
+def dark_share_band(image: np.ndarray, width: int, bands: Sequence[int] = DARK_SHARE_BANDS) -> str:
+    """The band of `bands` that the share of the prepared line's pixels darker than half-way falls in.
+
+    `image` is the prepared line (`prepare_line`), the line in its first `width` columns; the share
+    is `train.line_shapes`' dark share. Thin print and light faces fall in the low bands, bold
+    faces, over-inked ribbons and smudged scans in the high ones: where a reader loses by how heavy
+    the strokes are, the bands show it.
+    """
+    gray = image[:, :width].mean(axis=2) if image.ndim == 3 else image[:, :width]
+    return f"{_band(100 * prepared_looks(gray)[3], bands)}% of pixels dark"
 
 
 def compare_by(
@@ -313,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         type=Path,
         help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
-        "by how the line is printed (its case in that text), by the pixels a character gets and by "
-        "how much of the line image's height its ink spans",
+        "by how the line is printed (its case in that text), by the pixels a character gets, by "
+        "how much of the line image's height its ink spans and by the share of its pixels that are dark",
     )
     parser.add_argument(
         "--lost",
@@ -359,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             [letter_case(text) for text in other_texts],
             [char_width_band(c[3], c[1]) for c in crops],
             [ink_fill_band(c[2], c[3]) for c in crops],
+            [dark_share_band(c[2], c[3]) for c in crops],
         )
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):

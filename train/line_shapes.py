@@ -48,9 +48,14 @@ def line_looks(image: np.ndarray) -> tuple[float, float, float, float]:
     pixels nearer the ink than the paper.
     """
     grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
-    prepared = prepare_line(grey)[:, : drawn_width(*grey.shape[:2]), 0].astype(np.float32)
-    paper, ink = np.percentile(prepared, (90, 3))
-    dark = prepared < (paper + ink) / 2
+    return prepared_looks(prepare_line(grey)[:, : drawn_width(*grey.shape[:2]), 0])
+
+
+def prepared_looks(prepared: np.ndarray) -> tuple[float, float, float, float]:
+    """`line_looks` of a line already at the model's input: its grey rows, the white padding cut off."""
+    grey = prepared.astype(np.float32)
+    paper, ink = np.percentile(grey, (90, 3))
+    dark = grey < (paper + ink) / 2
     return float(paper), float(ink), float(paper - ink), float(dark.mean())
 
 
