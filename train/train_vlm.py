@@ -21,7 +21,6 @@ _STARTED = time.monotonic()  # the budget counts start-up: imports of torch/tran
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import queue  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
@@ -44,6 +43,7 @@ from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
 from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE, Shares  # noqa: E402
+from train.schedule import ByTime, by_steps  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -101,14 +101,9 @@ class StepProfile:
         self.steps = 0
 
 
-def _schedule(total: int, warmup: int) -> Any:
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress))  # cosine down to 5%
-
-    return factor
+def _reserve(eval_seconds: float, step_seconds: float) -> float:
+    """Seconds of the budget kept for the checkpoint and export (~15 s) and the final evaluation."""
+    return 20.0 + eval_seconds + 5 * step_seconds
 
 
 def _shares(args: argparse.Namespace) -> Shares:
@@ -230,6 +225,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--total-steps", type=int, default=20000, help="length of the cosine schedule")
+    parser.add_argument(
+        "--schedule",
+        choices=("steps", "time"),
+        default="steps",
+        help="the cosine over --total-steps, or over the time from the warm-up's end to the run's stop "
+        "(the floor reached as --minutes end, on a box of any speed; a run of one call: no resuming)",
+    )
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
     parser.add_argument(
@@ -302,10 +304,14 @@ def main(argv: list[str] | None = None) -> int:
         betas=(0.9, 0.98),
         fused=device.type == "cuda",
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(args.total_steps, args.warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, by_steps(args.total_steps, args.warmup))
+    timed = ByTime(args.warmup) if args.schedule == "time" else None
     step = 0
     checkpoint = args.out / "checkpoint"
     if (checkpoint / "state.pt").exists():
+        if timed:
+            # The cosine would start again from the peak: the minutes of this call are not the run's.
+            raise SystemExit(f"--schedule time does not resume: {checkpoint} holds a run; give a new --out")
         state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -394,8 +400,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"{skipped_in_row} steps in a row had non-finite gradients (step {step})")
             continue
         skipped_in_row = 0
+        if timed:
+            stop = _STARTED + budget - _reserve(eval_seconds, step_seconds)
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * timed.factor(step, time.monotonic(), stop)
         optimizer.step()
-        scheduler.step()
+        if not timed:
+            scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         profile.after(step, args.out)
@@ -408,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             mean_loss = torch.stack(losses).mean().item()
             _log(
                 args.out,
-                f"step {step} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+                f"step {step} loss {mean_loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e} "
                 f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s "
                 f"{(batches.fresh_count - fresh_at_window) / window_steps:.0%} fresh, "
                 f"{waited / elapsed:.0%} waiting for data{_peak_memory(device)}"
@@ -430,9 +441,9 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
             export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
-        # Leave room for the checkpoint and export (~15 s) and the final evaluation, as long as the
-        # last one took (an untrained model writes all 160 tokens of every line).
-        if time.monotonic() - _STARTED + 20.0 + eval_seconds + 5 * step_seconds > budget:
+        # Leave room for the checkpoint and export and the final evaluation, as long as the last
+        # one took (an untrained model writes all 160 tokens of every line).
+        if time.monotonic() - _STARTED + _reserve(eval_seconds, step_seconds) > budget:
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
