@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from train.schedule import FLOOR, ByTime, by_steps, cosine
+from train.schedule import FLOOR, RunBudget, by_steps, by_time, cosine
 
 
 def test_the_cosine_runs_from_the_peak_to_the_floor_and_stays_there() -> None:
@@ -25,16 +25,41 @@ def test_by_steps_warms_up_linearly_then_ends_the_cosine_at_its_total() -> None:
     assert factor(2100) == pytest.approx(FLOOR)
 
 
+class _Clock:
+    """A clock set by hand: `now` seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_budget_stops_a_run_early_enough_for_its_export_and_last_evaluation() -> None:
+    budget = RunBudget(started=100.0, seconds=480.0, eval_seconds=60.0)
+    assert budget.stop() == pytest.approx(100.0 + 480.0 - 20.0 - 60.0 - 5.0)
+    budget.eval_seconds, budget.step_seconds = 12.0, 0.1  # as the run times them
+    assert budget.stop() == pytest.approx(100.0 + 480.0 - 20.0 - 12.0 - 0.5)
+
+
 def test_by_time_reaches_the_floor_when_the_run_stops_whatever_the_steps() -> None:
     # Two boxes, one three times as fast: after the same warm-up, the same rate at the same time.
-    slow, fast = ByTime(warmup=10), ByTime(warmup=10)
-    assert slow.factor(4, now=3.0, stop=100.0) == pytest.approx(0.5)  # warming up: by step
-    assert slow.factor(10, now=10.0, stop=100.0) == pytest.approx(1.0)  # the cosine starts here
-    assert fast.factor(10, now=10.0, stop=100.0) == pytest.approx(1.0)
-    assert slow.factor(100, now=55.0, stop=100.0) == pytest.approx(cosine(0.5))
-    assert fast.factor(300, now=55.0, stop=100.0) == pytest.approx(cosine(0.5))
-    assert slow.factor(190, now=100.0, stop=100.0) == pytest.approx(FLOOR)
+    budget = RunBudget(started=0.0, seconds=175.0, eval_seconds=50.0)  # stops at 100 s
+    slow_clock, fast_clock = _Clock(), _Clock()
+    slow, fast = by_time(10, budget, slow_clock), by_time(10, budget, fast_clock)
+    assert slow(4) == pytest.approx(0.5)  # warming up: by step
+    slow_clock.now = fast_clock.now = 10.0
+    assert slow(10) == pytest.approx(1.0)  # the cosine starts here
+    assert fast(10) == pytest.approx(1.0)
+    slow_clock.now = fast_clock.now = 55.0
+    assert slow(100) == pytest.approx(cosine(0.5))
+    assert fast(300) == pytest.approx(cosine(0.5))
+    slow_clock.now = 100.0
+    assert slow(190) == pytest.approx(FLOOR)
     # The stop moves as the step's and the evaluation's times are learnt: the share of the way
     # from the warm-up's end to it is what counts.
-    assert fast.factor(500, now=70.0, stop=130.0) == pytest.approx(cosine(0.5))
-    assert fast.factor(900, now=140.0, stop=130.0) == pytest.approx(FLOOR)
+    budget.eval_seconds = 20.0  # the evaluation timed: stops at 130 s
+    fast_clock.now = 70.0
+    assert fast(500) == pytest.approx(cosine(0.5))
+    fast_clock.now = 140.0
+    assert fast(900) == pytest.approx(FLOOR)

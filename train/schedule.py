@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 FLOOR = 0.05  # the cosine ends at this share of the peak rate
 
@@ -14,34 +16,59 @@ def cosine(progress: float) -> float:
     return FLOOR + (1.0 - FLOOR) * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
+def _warm_up(step: int, warmup: int) -> float:
+    return (step + 1) / warmup
+
+
 def by_steps(total: int, warmup: int) -> Callable[[int], float]:
     """The factor at each step of a schedule `total` steps long, its first `warmup` rising linearly."""
 
     def factor(step: int) -> float:
         if step < warmup:
-            return (step + 1) / warmup
+            return _warm_up(step, warmup)
         return cosine((step - warmup) / max(1, total - warmup))
 
     return factor
 
 
-class ByTime:
-    """The warm-up over steps, then the cosine over the time from its end to the run's stop.
+@dataclass
+class RunBudget:
+    """When a run must stop training: its end less what the checkpoint, export and last evaluation take.
+
+    `started` and the stop are monotonic seconds. The evaluation's and a step's seconds are
+    updated as the run times them (an untrained model writes all 160 tokens of every line, so the
+    first evaluation's guess is generous), and the stop moves with them.
+    """
+
+    started: float
+    seconds: float
+    eval_seconds: float
+    step_seconds: float = 1.0
+
+    def stop(self) -> float:
+        # 20 s for the checkpoint and the export (about 15), and five steps' slack.
+        return self.started + self.seconds - 20.0 - self.eval_seconds - 5 * self.step_seconds
+
+
+def by_time(
+    warmup: int, budget: RunBudget, clock: Callable[[], float] = time.monotonic
+) -> Callable[[int], float]:
+    """The warm-up over steps, then the cosine over the time from its end to the budget's stop.
 
     A schedule in steps ends where the box's speed puts it: a faster box trains on at the floor
     rate after it, a slower one stops mid-way down. Over time, the rate reaches the floor as the
-    run's minutes end, on any box; runs on boxes of different speeds take the same path by time,
-    not by step.
+    run stops, on any box; runs on boxes of different speeds take the same path by time, not by
+    step. The stop is read at every step, since it moves as the run times its steps.
     """
+    cosine_from: float | None = None  # when the warm-up ended
 
-    def __init__(self, warmup: int) -> None:
-        self.warmup = warmup
-        self._cosine_from: float | None = None  # when the warm-up ended (a monotonic time)
+    def factor(step: int) -> float:
+        nonlocal cosine_from
+        if step < warmup:
+            return _warm_up(step, warmup)
+        now = clock()
+        if cosine_from is None:
+            cosine_from = now
+        return cosine((now - cosine_from) / max(budget.stop() - cosine_from, 1e-9))
 
-    def factor(self, step: int, now: float, stop: float) -> float:
-        """The factor for `step` at time `now`, the run to stop at time `stop` (both monotonic seconds)."""
-        if step < self.warmup:
-            return (step + 1) / self.warmup
-        if self._cosine_from is None:
-            self._cosine_from = now
-        return cosine((now - self._cosine_from) / max(stop - self._cosine_from, 1e-9))
+    return factor

@@ -43,7 +43,7 @@ from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
 from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE, Shares  # noqa: E402
-from train.schedule import ByTime, by_steps  # noqa: E402
+from train.schedule import RunBudget, by_steps, by_time  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
 from train.tokenizer import build_tokenizer, force_tokenizer_config  # noqa: E402
@@ -99,11 +99,6 @@ class StepProfile:
         _log(out, f"the same steps by host time:\n{table}")
         self._profiler = None
         self.steps = 0
-
-
-def _reserve(eval_seconds: float, step_seconds: float) -> float:
-    """Seconds of the budget kept for the checkpoint and export (~15 s) and the final evaluation."""
-    return 20.0 + eval_seconds + 5 * step_seconds
 
 
 def _shares(args: argparse.Namespace) -> Shares:
@@ -278,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     # Before any cv2 call, so forked data workers inherit one thread each instead of a thread pool:
     # fifteen workers each running OpenCV on every core thrash the CPU.
     cv2.setNumThreads(1)
-    budget = args.minutes * 60
+    # Until one evaluation has been timed, its seconds are a guess.
+    budget = RunBudget(_STARTED, args.minutes * 60, eval_seconds=min(60.0, 0.15 * args.minutes * 60))
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -304,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         betas=(0.9, 0.98),
         fused=device.type == "cuda",
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, by_steps(args.total_steps, args.warmup))
-    timed = ByTime(args.warmup) if args.schedule == "time" else None
+    timed = args.schedule == "time"
+    factor = by_time(args.warmup, budget) if timed else by_steps(args.total_steps, args.warmup)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     step = 0
     checkpoint = args.out / "checkpoint"
     if (checkpoint / "state.pt").exists():
@@ -371,8 +368,6 @@ def main(argv: list[str] | None = None) -> int:
         fast, slow = line_loss(model, first), reference_loss(model, first, PromptFormat(tokenizer).pad_id)
     _log(args.out, f"first batch: loss {fast.item():.5f}, transformers' own forward {slow.item():.5f}")
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
-    step_seconds = 1.0
-    eval_seconds = min(60.0, 0.15 * budget)  # until one evaluation has been timed
     # The first batch (the check above) is not trained on: the first window's fresh share starts after it.
     waited, fresh_at_window = 0.0, batches.fresh_count
     skipped = skipped_in_row = 0  # steps dropped for a non-finite gradient
@@ -400,26 +395,21 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"{skipped_in_row} steps in a row had non-finite gradients (step {step})")
             continue
         skipped_in_row = 0
-        if timed:
-            stop = _STARTED + budget - _reserve(eval_seconds, step_seconds)
-            for group in optimizer.param_groups:
-                group["lr"] = args.lr * timed.factor(step, time.monotonic(), stop)
         optimizer.step()
-        if not timed:
-            scheduler.step()
+        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         profile.after(step, args.out)
         losses.append(loss.detach())  # no device sync each step: read at log time
         window_samples += batch["input_ids"].shape[0]
         window_steps += 1
-        step_seconds = 0.9 * step_seconds + 0.1 * (time.monotonic() - tick)
+        budget.step_seconds = 0.9 * budget.step_seconds + 0.1 * (time.monotonic() - tick)
         if step % args.log_every == 0:
             elapsed = time.monotonic() - window_start
             mean_loss = torch.stack(losses).mean().item()
             _log(
                 args.out,
-                f"step {step} loss {mean_loss:.4f} lr {optimizer.param_groups[0]['lr']:.2e} "
+                f"step {step} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
                 f"{window_steps / elapsed:.2f} steps/s {window_samples / elapsed:.0f} samples/s "
                 f"{(batches.fresh_count - fresh_at_window) / window_steps:.0%} fresh, "
                 f"{waited / elapsed:.0%} waiting for data{_peak_memory(device)}"
@@ -431,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.eval_every == 0:
             eval_started = time.monotonic()
             nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
-            eval_seconds = time.monotonic() - eval_started
+            budget.eval_seconds = time.monotonic() - eval_started
             _log(
                 args.out,
                 f"step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}); "
@@ -441,9 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
             export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
-        # Leave room for the checkpoint and export and the final evaluation, as long as the last
-        # one took (an untrained model writes all 160 tokens of every line).
-        if time.monotonic() - _STARTED + _reserve(eval_seconds, step_seconds) > budget:
+        if time.monotonic() > budget.stop():
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
