@@ -140,6 +140,12 @@ def char_width_band(width: int, truth: str, bands: Sequence[int] = CHAR_WIDTH_BA
     return f"{_band(width / max(1, len(truth.strip())), bands)} px a character"
 
 
+def _drawn_grey(image: np.ndarray, width: int) -> np.ndarray:
+    """The grey levels of a prepared line's first `width` columns (its print, the padding cut off)."""
+    drawn = image[:, :width]
+    return drawn.mean(axis=2) if drawn.ndim == 3 else drawn.astype(float)
+
+
 INK_FILL_BANDS = (0, 75, 95)  # percent of a line image's rows from its first inked row to its last
 
 
@@ -151,7 +157,7 @@ def ink_fill_band(image: np.ndarray, width: int, bands: Sequence[int] = INK_FILL
     by more than 60 of 255. Ink over the whole height is a box cut tight to the print, or one that
     took in its neighbours' ascenders and descenders; a reader that loses there is shown so.
     """
-    gray = image[:, :width].mean(axis=2) if image.ndim == 3 else image[:, :width].astype(float)
+    gray = _drawn_grey(image, width)
     inked = np.flatnonzero(((np.percentile(gray, 90) - gray) > 60).mean(axis=1) >= 0.01)
     share = 0.0 if inked.size == 0 else (inked[-1] - inked[0] + 1) / gray.shape[0]
     return f"ink over {_band(100 * share, bands)}% of the height"
@@ -168,8 +174,7 @@ def dark_share_band(image: np.ndarray, width: int, bands: Sequence[int] = DARK_S
     faces, over-inked ribbons and smudged scans in the high ones: where a reader loses by how heavy
     the strokes are, the bands show it.
     """
-    gray = image[:, :width].mean(axis=2) if image.ndim == 3 else image[:, :width]
-    return f"{_band(100 * prepared_looks(gray)[3], bands)}% of pixels dark"
+    return f"{_band(100 * prepared_looks(_drawn_grey(image, width))[3], bands)}% of pixels dark"
 
 
 def compare_by(
