@@ -100,10 +100,11 @@ MORE_FACE_SHARE = 0.0
 # lines greyer and flatter than the receipt crops: at the model's input the median crop's paper is
 # 255 and its contrast 193 of 255, the median rendered line's paper 212 and contrast 126 without
 # levels, 255 and 192 with them on 75% of lines (`python -m train.line_shapes --crops DIR --looks
-# --count 3430 --levels-share S`). Two runs on from the kept reader with them read the receipts
-# at 2.11% and 2.13%, where ten runs of that command without them read 2.24-2.40%
-# (train/README.md, "A scanner's levels"). Drawn after the scan's blur and noise and before its
-# JPEG; train_vlm's `--levels-share` sets the share for a run.
+# --count 3430 --levels-share S`). Four runs on from the kept reader with them read the receipts
+# 0.16 points better as a group than two of the same command without them (-0.35 to -0.01 over
+# the receipts drawn; train/README.md, "Levels against none, and two blocks more, on the H200").
+# Drawn after the scan's blur and noise and before its JPEG; train_vlm's `--levels-share` sets the
+# share for a run.
 SCANNER_LEVELS_SHARE = 0.75
 
 
