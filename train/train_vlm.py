@@ -127,6 +127,21 @@ def evaluate(model: Any, tokenizer: Any, held_out: list[Any], batch: int) -> tup
     return cer(pairs), cer(pairs, spaced=True), texts
 
 
+def timed_evaluation(
+    model: Any, tokenizer: Any, held_out: list[Any], *, budget: RunBudget, out: Path, step: int
+) -> None:
+    """Reads the held-out lines, logs their CER and gives the budget the seconds the reading took."""
+    started = time.monotonic()
+    nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
+    budget.eval_seconds = time.monotonic() - started
+    _log(
+        out,
+        f"step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}) in {budget.eval_seconds:.1f} s; "
+        # An untrained model writes up to the token cap: the example is cut to a line's length.
+        f"e.g. {held_out[0].text!r} -> {texts[0][:80]!r}",
+    )
+
+
 def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float) -> None:
     """HF export (fp32 weights: the model is small), tokenizer, preprocessor and line-input files."""
     tmp = out.with_name(out.name + ".tmp")
@@ -273,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before any cv2 call, so forked data workers inherit one thread each instead of a thread pool:
     # fifteen workers each running OpenCV on every core thrash the CPU.
     cv2.setNumThreads(1)
-    # Until one evaluation has been timed, its seconds are a guess.
+    # A guess until the evaluation before the first step times one.
     budget = RunBudget(_STARTED, args.minutes * 60, eval_seconds=min(60.0, 0.15 * args.minutes * 60))
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -367,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         fast, slow = line_loss(model, first), reference_loss(model, first, PromptFormat(tokenizer).pad_id)
     _log(args.out, f"first batch: loss {fast.item():.5f}, transformers' own forward {slow.item():.5f}")
+    # Timed before training, not guessed: the run's stop keeps room for its last evaluation, and a
+    # guess of a minute left fine-tunes from K, whose 256 lines read in 3 s on an H100, stopping 57 s
+    # early (train/README.md, "The time schedule on an H100"). The weights it starts from read
+    # slowest if untrained (every line to the token cap), so later evaluations take no longer.
+    timed_evaluation(model, tokenizer, held_out, budget=budget, out=args.out, step=step)
     window_start, window_samples, window_steps, losses = time.monotonic(), 0, 0, []
     # The first batch (the check above) is not trained on: the first window's fresh share starts after it.
     waited, fresh_at_window = 0.0, batches.fresh_count
@@ -419,14 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped = 0
             fresh_at_window = batches.fresh_count
         if step % args.eval_every == 0:
-            eval_started = time.monotonic()
-            nospace, spaced, texts = evaluate(model, tokenizer, held_out, 128)
-            budget.eval_seconds = time.monotonic() - eval_started
-            _log(
-                args.out,
-                f"step {step} held-out CER {nospace:.4f} (spaced {spaced:.4f}); "
-                f"e.g. {held_out[0].text!r} -> {texts[0]!r}",
-            )
+            timed_evaluation(model, tokenizer, held_out, budget=budget, out=args.out, step=step)
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
