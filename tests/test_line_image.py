@@ -12,6 +12,7 @@ from appliance.engines.vlm_gguf.line_image import (
     MAX_WIDTH,
     MIN_WIDTH,
     UNRECORDED_STRETCH,
+    drawn_width,
     prepare_line,
     trained_stretch,
     write_trained_stretch,
@@ -51,6 +52,15 @@ def test_a_stretch_widens_the_line_by_its_factor_within_40_tokens() -> None:
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
     assert wide.shape == (LINE_HEIGHT, 644, 3)  # 630 px padded to 23 tokens
     assert prepare_line(np.zeros((28, 900, 3), np.uint8), stretch=1.5).shape[1] == MAX_WIDTH
+
+
+def test_a_wider_cap_draws_a_long_line_at_its_own_aspect() -> None:
+    crop = np.zeros((20, 1000, 3), np.uint8)  # 1,400 px at height 28: over the 1,120 px cap
+    assert drawn_width(20, 1000, stretch=1.0) == MAX_WIDTH
+    assert drawn_width(20, 1000, stretch=1.0, max_width=28 * 80) == 1400
+    wide = prepare_line(crop, stretch=1.0, max_width=28 * 80)
+    assert wide.shape == (LINE_HEIGHT, 1400, 3)  # 50 tokens, not squeezed
+    assert (wide == 0).all()
 
 
 def test_an_export_records_its_stretch_and_one_without_a_record_reads_at_1(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 from appliance.engines.vlm_gguf.line_image import drawn_width
 from train.eval_lines import (
     by_truth_char,
+    cap_band,
     cer,
     char_width_band,
     compare_by,
@@ -73,6 +74,25 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
     assert (plain_width, wide_width) == (420, 630)  # the line's own width, not the white padding's
+
+
+def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp_path) -> None:
+    import json
+
+    from train.eval_lines import load_crops
+
+    cv2.imwrite(str(tmp_path / "long.png"), np.zeros((20, 1000, 3), np.uint8))  # 1,400 px at 28
+    cv2.imwrite(str(tmp_path / "short.png"), np.zeros((20, 300, 3), np.uint8))  # 420 px
+    (tmp_path / "labels.jsonl").write_text(
+        "".join(json.dumps({"file": name, "text": "A"}) + "\n" for name in ("long.png", "short.png"))
+    )
+    squeezed, short = load_crops(tmp_path, stretch=1.0)
+    unsqueezed, _ = load_crops(tmp_path, stretch=1.0, max_width=28 * 80)
+    assert (squeezed[3], unsqueezed[3], short[3]) == (1120, 1400, 420)
+    assert unsqueezed[2].shape[1] == 1400
+    assert cap_band(squeezed[3]) == cap_band(unsqueezed[3]) == "at or over the 40-token cap"
+    assert cap_band(short[3]) == "under the 40-token cap"
+    assert cap_band(1119) == "under the 40-token cap"
 
 
 def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path) -> None:

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from appliance.engines.vlm_gguf.line_image import drawn_width, trained_stretch
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, drawn_width, trained_stretch
 from bench.text_forms import normalize, normalize_spaced
 from train.line_shapes import prepared_looks
 from train.make_crops import read_crops
@@ -177,6 +177,16 @@ def dark_share_band(image: np.ndarray, width: int, bands: Sequence[int] = DARK_S
     return f"{_band(100 * prepared_looks(_drawn_grey(image, width))[3], bands)}% of pixels dark"
 
 
+def cap_band(width: int, cap: int = MAX_WIDTH) -> str:
+    """Whether a line drawn `width` px wide (`drawn_width`) met the contract's cap on its width.
+
+    A line that meets it is squeezed to it: its glyphs get fewer pixels than its neighbours' at the
+    same stretch. Read with a wider cap (`--max-tokens`), the same lines are those drawn at or
+    past the contract's, so both readings band the same lines.
+    """
+    return f"{'at or over' if width >= cap else 'under'} the {cap // LINE_HEIGHT}-token cap"
+
+
 def compare_by(
     keys: Sequence[str], truths: Sequence[str], reads: Sequence[str], others: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -287,6 +297,8 @@ def load_crops(
     x_scale: float = 1.0,
     stretch: float = LINE_STRETCH,
     tone: tuple[float, float] = (1.0, 0.0),
+    *,
+    max_width: int = MAX_WIDTH,
 ) -> list[tuple[str, str, np.ndarray, int]]:
     """(file, truth, prepared RGB image, the line's width in it) for each line of folder/labels.jsonl.
 
@@ -294,7 +306,8 @@ def load_crops(
     how much the reading depends on the glyphs' width, which differs from font to font. `tone`
     (gain, offset) maps each grey level v to gain * v + offset first: how much the reading
     depends on the paper's and the ink's levels (0.72, 45 greys white paper to 229 and black ink
-    to 45). `stretch` is the model's own (line_image.trained_stretch).
+    to 45). `stretch` is the model's own (line_image.trained_stretch). `max_width` other than the
+    contract's draws long lines wider than the model was trained to read them (a probe).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -304,8 +317,8 @@ def load_crops(
         if x_scale != 1.0:
             width = max(1, round(crop.shape[1] * x_scale))
             line = cv2.resize(crop, (width, crop.shape[0]), interpolation=cv2.INTER_CUBIC)
-        image = prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB), stretch)
-        out.append((name, text, image, drawn_width(line.shape[0], line.shape[1], stretch)))
+        image = prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB), stretch, max_width)
+        out.append((name, text, image, drawn_width(line.shape[0], line.shape[1], stretch, max_width)))
     return out
 
 
@@ -329,13 +342,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("GAIN", "OFFSET"),
         help="map the crops' grey levels v to GAIN * v + OFFSET first",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_WIDTH // LINE_HEIGHT,
+        help="draw a line at most this many 28-px tokens wide (default: the contract's cap; a wider one "
+        "shows how the model reads long lines unsqueezed, which it was not trained on)",
+    )
     parser.add_argument("--worst", type=int, default=0, help="print the N lines with the most edits")
     parser.add_argument(
         "--against",
         type=Path,
         help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
         "by how the line is printed (its case in that text), by the pixels a character gets, by "
-        "how much of the line image's height its ink spans and by the share of its pixels that are dark",
+        "how much of the line image's height its ink spans, by the share of its pixels that are dark "
+        "and by whether it meets the width cap",
     )
     parser.add_argument(
         "--lost",
@@ -348,7 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_export(args.hf, args.device)
-    crops = load_crops(args.crops, args.limit, args.x_scale, trained_stretch(args.hf), tuple(args.tone))
+    crops = load_crops(
+        args.crops,
+        args.limit,
+        args.x_scale,
+        trained_stretch(args.hf),
+        tuple(args.tone),
+        max_width=args.max_tokens * LINE_HEIGHT,
+    )
     started = time.perf_counter()
     texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
     seconds = time.perf_counter() - started
@@ -381,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             [char_width_band(c[3], c[1]) for c in crops],
             [ink_fill_band(c[2], c[3]) for c in crops],
             [dark_share_band(c[2], c[3]) for c in crops],
+            [cap_band(c[3]) for c in crops],
         )
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):

@@ -49,23 +49,24 @@ def trained_stretch(export_dir: Path) -> float:
     return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
 
 
-def drawn_width(height: int, width: int, stretch: float = LINE_STRETCH) -> int:
+def drawn_width(height: int, width: int, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH) -> int:
     """The width a height x width crop is drawn at in `prepare_line`'s image, before the white padding."""
-    return min(max(1, round(width * stretch * LINE_HEIGHT / max(height, 1))), MAX_WIDTH)
+    return min(max(1, round(width * stretch * LINE_HEIGHT / max(height, 1))), max_width)
 
 
-def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> np.ndarray:
+def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH) -> np.ndarray:
     """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
 
-    The width is the crop's aspect times `stretch`, at most MAX_WIDTH. The channel order is kept: a
-    BGR crop comes back BGR, an RGB one RGB (white is the same in both).
+    The width is the crop's aspect times `stretch`, at most `max_width` (the contract's MAX_WIDTH;
+    another cap only to probe how a model reads past it). The channel order is kept: a BGR crop
+    comes back BGR, an RGB one RGB (white is the same in both).
     """
     if crop.ndim == 2:
         crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
     elif crop.shape[2] == 4:
         crop = np.ascontiguousarray(crop[:, :, :3])
     h, w = crop.shape[:2]
-    width = drawn_width(h, w, stretch)
+    width = drawn_width(h, w, stretch, max_width)
     shrinking = h > LINE_HEIGHT or w > width
     resized = cv2.resize(
         crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
