@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from appliance.engines.vlm_gguf.line_image import drawn_width
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, drawn_width
 from train.eval_lines import (
     by_truth_char,
     cap_band,
@@ -17,6 +17,7 @@ from train.eval_lines import (
     ink_fill_band,
     length_band,
     lines_read_worse,
+    split_long_line,
 )
 from train.render import prepare_line
 from train.text_source import letter_case
@@ -69,11 +70,11 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 300, 3), np.uint8))
     (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    ((_, _, plain, plain_width),) = load_crops(crops, stretch=1.0)
-    ((_, _, wide, wide_width),) = load_crops(crops, stretch=trained_stretch(tmp_path))
-    assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
-    assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
-    assert (plain_width, wide_width) == (420, 630)  # the line's own width, not the white padding's
+    (plain,) = load_crops(crops, stretch=1.0)
+    (wide,) = load_crops(crops, stretch=trained_stretch(tmp_path))
+    assert (plain.image[:, :420] == 0).all() and (plain.image[:, 420:] == 255).all()
+    assert (wide.image[:, :630] == 0).all() and (wide.image[:, 630:] == 255).all()
+    assert (plain.width, wide.width) == (420, 630)  # the line's own width, not the white padding's
 
 
 def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp_path) -> None:
@@ -88,11 +89,36 @@ def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp
     )
     squeezed, short = load_crops(tmp_path, stretch=1.0)
     unsqueezed, _ = load_crops(tmp_path, stretch=1.0, max_width=28 * 80)
-    assert (squeezed[3], unsqueezed[3], short[3]) == (1120, 1400, 420)
-    assert unsqueezed[2].shape[1] == 1400
-    assert cap_band(squeezed[3]) == cap_band(unsqueezed[3]) == "at or over the 40-token cap"
-    assert cap_band(short[3]) == "under the 40-token cap"
+    assert (squeezed.width, unsqueezed.width, short.width) == (1120, 1400, 420)
+    assert unsqueezed.image.shape[1] == 1400
+    assert cap_band(squeezed.width) == cap_band(unsqueezed.width) == "at or over the 40-token cap"
+    assert cap_band(short.width) == "under the 40-token cap"
     assert cap_band(1119) == "under the 40-token cap"
+
+
+def test_a_long_line_split_for_reading_is_read_in_pieces_and_its_text_joined(tmp_path) -> None:
+    import json
+
+    from train.eval_lines import joined_reads, load_crops
+
+    long_line = np.full((40, 640, 3), 255, np.uint8)
+    cv2.putText(long_line, "RECEIVED ABOVE GOODS IN GOOD ORDER", (4, 30), cv2.FONT_HERSHEY_SIMPLEX, 1.0, 0, 2)
+    cv2.imwrite(str(tmp_path / "long.png"), long_line)
+    cv2.imwrite(str(tmp_path / "short.png"), long_line[:, :300])
+    (tmp_path / "labels.jsonl").write_text(
+        "".join(json.dumps({"file": name, "text": "A"}) + "\n" for name in ("long.png", "short.png"))
+    )
+    whole = load_crops(tmp_path)
+    split = load_crops(tmp_path, split=True)
+    assert [len(crop.pieces) for crop in whole] == [1, 1]
+    assert [len(crop.pieces) for crop in split] == [2, 1]
+    # The whole line is still what the bands look at: squeezed to the cap, as the model gets it unsplit.
+    assert split[0].width == whole[0].width == 1120
+    assert all(piece.shape[0] == 28 for piece in split[0].pieces)
+    assert joined_reads(split, ["RECEIVED ABOVE ", " GOODS IN GOOD ORDER", "RECEI"]) == [
+        "RECEIVED ABOVE GOODS IN GOOD ORDER",
+        "RECEI",
+    ]
 
 
 def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path) -> None:
@@ -107,11 +133,14 @@ def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path)
     crop[8:20, 20:200] = 0  # black ink on white paper
     cv2.imwrite(str(tmp_path / "a.png"), crop)
     (tmp_path / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    ((_, _, plain, _),) = load_crops(tmp_path, stretch=1.0)
-    ((_, _, toned, _),) = load_crops(tmp_path, stretch=1.0, tone=(0.72, 45.0))
-    assert (plain[2, 100, 0], plain[14, 100, 0]) == (255, 0)
-    assert (toned[2, 100, 0], toned[14, 100, 0]) == (229, 45)  # 0.72 * 255 + 45 and 0.72 * 0 + 45
-    assert (toned[:, 224:] == 255).all()  # the padding stays white
+    (plain,) = load_crops(tmp_path, stretch=1.0)
+    (toned,) = load_crops(tmp_path, stretch=1.0, tone=(0.72, 45.0))
+    assert (plain.image[2, 100, 0], plain.image[14, 100, 0]) == (255, 0)
+    assert (toned.image[2, 100, 0], toned.image[14, 100, 0]) == (229, 45)  # 0.72 * 255 + 45, 0.72 * 0 + 45
+    assert (toned.image[:, 224:] == 255).all()  # the padding stays white
+    # Toned, then stretched: the stretch keeps the tone (it once stretched the untoned crop).
+    (both,) = load_crops(tmp_path, x_scale=1.5, stretch=1.0, tone=(0.72, 45.0))
+    assert (both.image[2, 150, 0], both.image[14, 150, 0]) == (229, 45)
 
 
 def test_two_readers_are_compared_line_length_by_line_length_and_by_the_case_of_the_print() -> None:
@@ -213,3 +242,42 @@ def test_the_lines_read_worse_than_another_reader_are_listed_by_the_edits_beyond
         (1, "a.jpg", "TOTAL 12.50", "total 12 50", "TOTAL 12.50"),
         (1, "c.jpg", "GUARDIAN", "bUard1an", "GUARD1AN"),
     ]
+
+
+def _printed(text: str, width: int, height: int = 40) -> np.ndarray:
+    """A white crop `height` px tall with `text` in black across `width` px, as a receipt line."""
+    crop = np.full((height, width, 3), 255, np.uint8)
+    cv2.putText(crop, text, (4, height - 10), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 0, 0), 2)
+    return crop
+
+
+def _fits(piece: np.ndarray) -> bool:
+    return piece.shape[1] * 3.0 * LINE_HEIGHT / piece.shape[0] <= MAX_WIDTH
+
+
+def test_a_line_within_the_cap_is_read_whole() -> None:
+    crop = _printed("TOTAL 12.50", 400)  # 840 px at the stretch of 3.0
+    (whole,) = split_long_line(crop, 3.0)
+    assert whole is crop
+
+
+def test_a_line_over_the_cap_is_cut_at_a_gap_between_words_into_pieces_that_fit() -> None:
+    crop = _printed("RECEIVED ABOVE GOODS IN GOOD ORDER", 640)  # 1,344 px at 3.0: over the 1,120 cap
+    pieces = split_long_line(crop, 3.0)
+    assert len(pieces) == 2 and all(_fits(piece) for piece in pieces)
+    assert sum(piece.shape[1] for piece in pieces) == crop.shape[1]
+    cut = pieces[0].shape[1]
+    ink = crop.min(axis=2) < 128
+    # The cut runs through white a word space wide, not through a letter or between two of them.
+    assert not ink[:, cut - 5 : cut + 5].any()
+    assert np.array_equal(np.hstack(pieces), crop)
+
+
+def test_a_very_long_line_is_cut_as_often_as_it_takes_and_one_without_gaps_is_not() -> None:
+    crop = _printed("NO 18 20 22 JALAN BUNGA TANJONG 2/16 TAMAN MALURI CHERAS KL", 1100)
+    pieces = split_long_line(crop, 3.0)
+    assert len(pieces) >= 3 and all(_fits(piece) for piece in pieces)
+    solid = np.full((40, 640, 3), 255, np.uint8)
+    solid[8:32, 10:630] = 0  # a bar of ink: no gap to cut at
+    (whole,) = split_long_line(solid, 3.0)
+    assert whole is solid

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -291,6 +291,54 @@ def read_lines(
     return [results[i] for i in range(len(images))]
 
 
+# A gap this many times the crop's height, with no ink from top to bottom, is taken for the space
+# between two words: wider than the white between most letters of a face, narrower than a space.
+WORD_GAP = 0.25
+
+
+def _blank_runs(ink_columns: np.ndarray, min_width: int) -> list[tuple[int, int]]:
+    """(start, end) of each run of at least `min_width` columns without ink, the crop's own edges aside."""
+    inked = np.flatnonzero(ink_columns)
+    wide = np.flatnonzero(np.diff(inked) - 1 >= min_width)
+    return [(int(inked[i]) + 1, int(inked[i + 1])) for i in wide]
+
+
+def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.ndarray]:
+    """The crop cut at gaps between words into pieces that each fit the width cap, or the crop itself.
+
+    `prepare_line` squeezes a line wider than MAX_WIDTH at its stretch; read in pieces, each keeps
+    the stretch the model was trained at: whether the squeeze is what a reader loses on long
+    lines. A crop that fits, or has no gap wide enough in its middle half, comes back whole.
+    Pieces are left to right, at the crop's full height.
+    """
+    h, w = crop.shape[:2]
+    if w * stretch * LINE_HEIGHT / max(h, 1) <= MAX_WIDTH:
+        return [crop]
+    grey = crop if crop.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(crop[:, :, :3]), cv2.COLOR_BGR2GRAY)
+    _, ink = cv2.threshold(grey, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
+    # A column holds ink where a twentieth of its rows do: specks and a neighbour's descender tips do not.
+    runs = _blank_runs(ink.sum(axis=0) >= max(1, round(0.05 * h)), max(2, round(WORD_GAP * h)))
+    # The widest gap in the middle half, so that both pieces come nearer the cap; the nearer the
+    # middle among equals.
+    gaps = [(right - left, -abs((left + right) / 2 - w / 2), left, right) for left, right in runs]
+    gaps = [gap for gap in gaps if w / 4 <= (gap[2] + gap[3]) / 2 <= 3 * w / 4]
+    if not gaps:
+        return [crop]
+    _, _, left, right = max(gaps)
+    cut = (left + right) // 2
+    return split_long_line(crop[:, :cut], stretch) + split_long_line(crop[:, cut:], stretch)
+
+
+class LoadedCrop(NamedTuple):
+    """A crop as `load_crops` prepares it for reading."""
+
+    name: str
+    truth: str
+    image: np.ndarray  # the whole line, prepared (RGB)
+    width: int  # the line's own width in `image`, the white padding aside
+    pieces: list[np.ndarray]  # what is read: [image], or the prepared pieces of a split line
+
+
 def load_crops(
     folder: Path,
     limit: int | None = None,
@@ -299,27 +347,41 @@ def load_crops(
     tone: tuple[float, float] = (1.0, 0.0),
     *,
     max_width: int = MAX_WIDTH,
-) -> list[tuple[str, str, np.ndarray, int]]:
-    """(file, truth, prepared RGB image, the line's width in it) for each line of folder/labels.jsonl.
+    split: bool = False,
+) -> list[LoadedCrop]:
+    """Each line of folder/labels.jsonl, prepared as `prepare_line` gives it to the model.
 
     The folder is train.make_crops' output. x_scale != 1 stretches each crop horizontally first:
     how much the reading depends on the glyphs' width, which differs from font to font. `tone`
     (gain, offset) maps each grey level v to gain * v + offset first: how much the reading
     depends on the paper's and the ink's levels (0.72, 45 greys white paper to 229 and black ink
     to 45). `stretch` is the model's own (line_image.trained_stretch). `max_width` other than the
-    contract's draws long lines wider than the model was trained to read them (a probe).
+    contract's draws long lines wider than the model was trained to read them (a probe). `split`
+    cuts a line over the cap at gaps between words (`split_long_line`), to be read in
+    pieces.
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
         line = crop
         if tone != (1.0, 0.0):
-            line = np.clip(np.rint(crop.astype(np.float32) * tone[0] + tone[1]), 0, 255).astype(np.uint8)
+            line = np.clip(np.rint(line.astype(np.float32) * tone[0] + tone[1]), 0, 255).astype(np.uint8)
         if x_scale != 1.0:
-            width = max(1, round(crop.shape[1] * x_scale))
-            line = cv2.resize(crop, (width, crop.shape[0]), interpolation=cv2.INTER_CUBIC)
-        image = prepare_line(cv2.cvtColor(line, cv2.COLOR_BGR2RGB), stretch, max_width)
-        out.append((name, text, image, drawn_width(line.shape[0], line.shape[1], stretch, max_width)))
+            width = max(1, round(line.shape[1] * x_scale))
+            line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
+        rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
+        image = prepare_line(rgb, stretch, max_width)
+        pieces = [image]
+        if split:
+            pieces = [prepare_line(piece, stretch, max_width) for piece in split_long_line(rgb, stretch)]
+        width = drawn_width(line.shape[0], line.shape[1], stretch, max_width)
+        out.append(LoadedCrop(name, text, image, width, pieces))
     return out
+
+
+def joined_reads(crops: Sequence[LoadedCrop], piece_texts: Sequence[str]) -> list[str]:
+    """Each crop's text from the reads of its pieces, in `load_crops` order: joined by one space."""
+    texts = iter(piece_texts)
+    return [" ".join(next(texts).strip() for _ in crop.pieces) for crop in crops]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         help="draw a line at most this many 28-px tokens wide (default: the contract's cap; a wider one "
         "shows how the model reads long lines unsqueezed, which it was not trained on)",
     )
+    parser.add_argument(
+        "--split-long",
+        action="store_true",
+        help="read a line over the width cap in pieces cut at gaps between words (split_long_line)",
+    )
     parser.add_argument("--worst", type=int, default=0, help="print the N lines with the most edits")
     parser.add_argument(
         "--against",
@@ -376,9 +443,11 @@ def main(argv: list[str] | None = None) -> int:
         trained_stretch(args.hf),
         tuple(args.tone),
         max_width=args.max_tokens * LINE_HEIGHT,
+        split=args.split_long,
     )
     started = time.perf_counter()
-    texts = read_lines(model, tokenizer, [c[2] for c in crops], args.batch, args.pad)
+    pieces = [piece for crop in crops for piece in crop.pieces]
+    texts = joined_reads(crops, read_lines(model, tokenizer, pieces, args.batch, args.pad))
     seconds = time.perf_counter() - started
     pairs = [(c[1], t) for c, t in zip(crops, texts, strict=True)]
     breakdown = edit_breakdown(pairs)
