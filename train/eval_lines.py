@@ -309,12 +309,13 @@ def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.
     `prepare_line` squeezes a line wider than MAX_WIDTH at its stretch; read in pieces, each keeps
     the stretch the model was trained at: whether the squeeze is what a reader loses on long
     lines. A crop that fits, or has no gap wide enough in its middle half, comes back whole.
-    Pieces are left to right, at the crop's full height.
+    Pieces are left to right, at the crop's full height; the crop is grey or 3- or 4-channel uint8.
     """
     h, w = crop.shape[:2]
     if w * stretch * LINE_HEIGHT / max(h, 1) <= MAX_WIDTH:
         return [crop]
-    grey = crop if crop.ndim == 2 else cv2.cvtColor(np.ascontiguousarray(crop[:, :, :3]), cv2.COLOR_BGR2GRAY)
+    # The mean of the channels: the same grey for an RGB crop and a BGR one.
+    grey = crop if crop.ndim == 2 else crop[:, :, :3].mean(axis=2).astype(np.uint8)
     _, ink = cv2.threshold(grey, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
     # A column holds ink where a twentieth of its rows do: specks and a neighbour's descender tips do not.
     runs = _blank_runs(ink.sum(axis=0) >= max(1, round(0.05 * h)), max(2, round(WORD_GAP * h)))
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     pieces = [piece for crop in crops for piece in crop.pieces]
     texts = joined_reads(crops, read_lines(model, tokenizer, pieces, args.batch, args.pad))
     seconds = time.perf_counter() - started
-    pairs = [(c[1], t) for c, t in zip(crops, texts, strict=True)]
+    pairs = [(c.truth, t) for c, t in zip(crops, texts, strict=True)]
     breakdown = edit_breakdown(pairs)
     report = {
         "lines": len(pairs),
@@ -462,38 +463,38 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(report, ensure_ascii=False))
     if args.worst:
-        worst = worst_lines([(c[0], c[1], t) for c, t in zip(crops, texts, strict=True)], args.worst)
+        worst = worst_lines([(c.name, c.truth, t) for c, t in zip(crops, texts, strict=True)], args.worst)
         for edits, name, truth, read in worst:
             print(f"{edits:4d} {name} {truth!r} read {read!r}")
         print(f"{sum(line[0] for line in worst)} of {breakdown['edits']} edits on these {len(worst)} lines")
     if args.against:
         others = {read["file"]: read["text"] for read in json.loads(args.against.read_text(encoding="utf-8"))}
-        missing = [c[0] for c in crops if c[0] not in others]
+        missing = [c.name for c in crops if c.name not in others]
         if missing:
             parser.error(f"--against has no read for {len(missing)} crops (the first: {missing[0]})")
-        truths, other_texts = [c[1] for c in crops], [others[c[0]] for c in crops]
+        truths, other_texts = [c.truth for c in crops], [others[c.name] for c in crops]
         splits = (
             [length_band(truth) for truth in truths],
             [letter_case(text) for text in other_texts],
-            [char_width_band(c[3], c[1]) for c in crops],
-            [ink_fill_band(c[2], c[3]) for c in crops],
-            [dark_share_band(c[2], c[3]) for c in crops],
-            [cap_band(c[3]) for c in crops],
+            [char_width_band(c.width, c.truth) for c in crops],
+            [ink_fill_band(c.image, c.width) for c in crops],
+            [dark_share_band(c.image, c.width) for c in crops],
+            [cap_band(c.width) for c in crops],
         )
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
         if args.lost:
-            bands = {c[0]: "; ".join(keys[i] for keys in splits) for i, c in enumerate(crops)}
+            bands = {c.name: "; ".join(keys[i] for keys in splits) for i, c in enumerate(crops)}
             lost = lines_read_worse(
-                [(c[0], c[1], t, others[c[0]]) for c, t in zip(crops, texts, strict=True)]
+                [(c.name, c.truth, t, others[c.name]) for c, t in zip(crops, texts, strict=True)]
             )
             for beyond, name, truth, read, other in lost:
                 print(f"{beyond:4d} {name} [{bands[name]}] {truth!r} read {read!r}, the other {other!r}")
             beyond_all = sum(line[0] for line in lost)
             print(f"{len(lost)} lines read worse than the other reader, {beyond_all} edits beyond its")
     out = args.out or args.crops.parent / "eval_results.json"
-    per_line = [{"file": c[0], "truth": c[1], "read": t} for c, t in zip(crops, texts, strict=True)]
+    per_line = [{"file": c.name, "truth": c.truth, "read": t} for c, t in zip(crops, texts, strict=True)]
     out.write_text(
         json.dumps({"summary": report, "lines": per_line}, ensure_ascii=False, indent=1) + "\n",
         encoding="utf-8",
