@@ -12,8 +12,10 @@ from train.eval_lines import (
     cer,
     char_width_band,
     compare_by,
+    compare_chars,
     dark_share_band,
     edit_breakdown,
+    edits_by_kind,
     ink_fill_band,
     length_band,
     lines_read_worse,
@@ -281,3 +283,21 @@ def test_a_very_long_line_is_cut_as_often_as_it_takes_and_one_without_gaps_is_no
     solid[8:32, 10:630] = 0  # a bar of ink: no gap to cut at
     (whole,) = split_long_line(solid, 3.0)
     assert whole is solid
+
+
+def test_edits_fall_on_digits_letters_or_marks_by_the_character_they_change() -> None:
+    pairs = [("RM 5.80", "RM S.8O"), ("TOTAL", "TOTAL."), ("ABC", "AC")]
+    counts = edits_by_kind(pairs)
+    # 5 read S and 0 read O are the digits' edits, though the reads are letters.
+    assert counts["digit"] == {"in_truths": 3, "edits": 2}
+    assert counts["letter"] == {"in_truths": 2 + 5 + 3, "edits": 1}  # the B dropped
+    assert counts["mark"] == {"in_truths": 1, "edits": 1}  # the full stop added
+
+
+def test_each_digit_is_compared_between_two_readers_of_the_same_lines() -> None:
+    rows = {row["char"]: row for row in compare_chars(["58", "60"], ["S8", "60"], ["56", "80"], "568")}
+    assert (rows["5"]["wrong"], rows["5"]["wrong_other"]) == (1, 0)
+    assert (rows["8"]["wrong"], rows["8"]["wrong_other"]) == (0, 1)
+    assert (rows["6"]["wrong"], rows["6"]["wrong_other"]) == (0, 1)  # the other read 60 as 80
+    assert (rows["6"]["lines_added"], rows["6"]["lines_added_other"]) == (0, 1)  # 58 read 56
+    assert rows["8"]["lines_added_other"] == 1 and rows["8"]["in_truths"] == 1

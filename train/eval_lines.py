@@ -113,6 +113,47 @@ def by_truth_char(pairs: Sequence[tuple[str, str]], chars: str = WATCHED_CHARS) 
     return counts
 
 
+def char_kind(char: str) -> str:
+    """`digit`, `letter` or `mark`: the kinds of character whose edits `edits_by_kind` counts."""
+    return "digit" if char.isdigit() else "letter" if char.isalpha() else "mark"
+
+
+def edits_by_kind(pairs: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """Each kind's characters in the truths and the edits that fall on it, as `cer` counts edits.
+
+    A replaced or dropped character's edit is its truth character's kind; an added one's, the
+    read character's: where two readers differ, digits against letters against marks.
+    """
+    counts = {kind: {"in_truths": 0, "edits": 0} for kind in ("digit", "letter", "mark")}
+    for truth, read in pairs:
+        t, r = normalize(truth, True), normalize(read, True)
+        for char in t:
+            counts[char_kind(char)]["in_truths"] += 1
+        for op in Levenshtein.editops(t, r):
+            char = r[op.dest_pos] if op.tag == "insert" else t[op.src_pos]
+            counts[char_kind(char)]["edits"] += 1
+    return counts
+
+
+def compare_chars(
+    truths: Sequence[str], reads: Sequence[str], others: Sequence[str], chars: str = "0123456789"
+) -> list[dict[str, Any]]:
+    """`by_truth_char` for a reader and another reader of the same lines, a row for each of `chars`."""
+    mine = by_truth_char(list(zip(truths, reads, strict=True)), chars)
+    theirs = by_truth_char(list(zip(truths, others, strict=True)), chars)
+    return [
+        {
+            "char": char,
+            "in_truths": mine[char]["in_truths"],
+            "wrong": mine[char]["wrong"],
+            "wrong_other": theirs[char]["wrong"],
+            "lines_added": mine[char]["lines_added"],
+            "lines_added_other": theirs[char]["lines_added"],
+        }
+        for char in chars
+    ]
+
+
 LENGTH_BANDS = (0, 5, 10, 20)  # truth characters (whitespace-free): 0-4, 5-9, 10-19, 20 and more
 
 
@@ -424,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
         "by how the line is printed (its case in that text), by the pixels a character gets, by "
         "how much of the line image's height its ink spans, by the share of its pixels that are dark "
-        "and by whether it meets the width cap",
+        "and by whether it meets the width cap; edits on digits, letters and marks, and each digit's",
     )
     parser.add_argument(
         "--lost",
@@ -484,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
+        mine = edits_by_kind(list(zip(truths, texts, strict=True)))
+        theirs = edits_by_kind(list(zip(truths, other_texts, strict=True)))
+        for kind, counts in mine.items():
+            print(json.dumps({"kind": kind, **counts, "edits_other": theirs[kind]["edits"]}))
+        for row in compare_chars(truths, texts, other_texts):
+            print(json.dumps(row))
         if args.lost:
             bands = {c.name: "; ".join(keys[i] for keys in splits) for i, c in enumerate(crops)}
             lost = lines_read_worse(
