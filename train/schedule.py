@@ -36,13 +36,14 @@ class RunBudget:
     """When a run must stop training: its end less what the checkpoint, export and last evaluation take.
 
     `started` and the stop are monotonic seconds. The evaluation's and a step's seconds are
-    updated as the run times them (an untrained model writes all 160 tokens of every line, so the
-    first evaluation's guess is generous), and the stop moves with them.
+    updated as the run times them (the trainer reads its held-out lines once before the first
+    step, so the evaluation is timed before anything asks for the stop), and the stop moves with
+    them.
     """
 
     started: float
     seconds: float
-    eval_seconds: float
+    eval_seconds: float = 0.0
     step_seconds: float = 1.0
 
     def stop(self) -> float:

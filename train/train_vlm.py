@@ -288,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     # Before any cv2 call, so forked data workers inherit one thread each instead of a thread pool:
     # fifteen workers each running OpenCV on every core thrash the CPU.
     cv2.setNumThreads(1)
-    # A guess until the evaluation before the first step times one.
-    budget = RunBudget(_STARTED, args.minutes * 60, eval_seconds=min(60.0, 0.15 * args.minutes * 60))
+    # Its evaluation's seconds come from the held-out reading before the first step.
+    budget = RunBudget(_STARTED, args.minutes * 60)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
