@@ -13,6 +13,7 @@ from train.eval_lines import (
     char_width_band,
     compare_by,
     compare_chars,
+    compare_kinds,
     dark_share_band,
     edit_breakdown,
     edits_by_kind,
@@ -114,6 +115,7 @@ def test_a_long_line_split_for_reading_is_read_in_pieces_and_its_text_joined(tmp
     split = load_crops(tmp_path, split=True)
     assert [len(crop.pieces) for crop in whole] == [1, 1]
     assert [len(crop.pieces) for crop in split] == [2, 1]
+    assert split[1].pieces[0] is split[1].image  # a line not cut is not prepared twice
     # The whole line is still what the bands look at: squeezed to the cap, as the model gets it unsplit.
     assert split[0].width == whole[0].width == 1120
     assert all(piece.shape[0] == 28 for piece in split[0].pieces)
@@ -292,6 +294,11 @@ def test_edits_fall_on_digits_letters_or_marks_by_the_character_they_change() ->
     assert counts["digit"] == {"in_truths": 3, "edits": 2}
     assert counts["letter"] == {"in_truths": 2 + 5 + 3, "edits": 1}  # the B dropped
     assert counts["mark"] == {"in_truths": 1, "edits": 1}  # the full stop added
+    truths, reads = [truth for truth, _ in pairs], [read for _, read in pairs]
+    rows = compare_kinds(truths, reads, ["RM 5.80", "TOTA", "ABC"])
+    assert rows[0] == {"kind": "digit", "in_truths": 3, "edits": 2, "edits_other": 0}
+    assert rows[1] == {"kind": "letter", "in_truths": 10, "edits": 1, "edits_other": 1}  # the L dropped
+    assert rows[2]["kind"] == "mark" and rows[2]["edits_other"] == 0
 
 
 def test_each_digit_is_compared_between_two_readers_of_the_same_lines() -> None:

@@ -135,6 +135,13 @@ def edits_by_kind(pairs: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]
     return counts
 
 
+def compare_kinds(truths: Sequence[str], reads: Sequence[str], others: Sequence[str]) -> list[dict[str, Any]]:
+    """`edits_by_kind` for a reader and another reader of the same lines, a row for each kind."""
+    mine = edits_by_kind(list(zip(truths, reads, strict=True)))
+    theirs = edits_by_kind(list(zip(truths, others, strict=True)))
+    return [{"kind": kind, **counts, "edits_other": theirs[kind]["edits"]} for kind, counts in mine.items()]
+
+
 def compare_chars(
     truths: Sequence[str], reads: Sequence[str], others: Sequence[str], chars: str = "0123456789"
 ) -> list[dict[str, Any]]:
@@ -350,13 +357,13 @@ def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.
     `prepare_line` squeezes a line wider than MAX_WIDTH at its stretch; read in pieces, each keeps
     the stretch the model was trained at: whether the squeeze is what a reader loses on long
     lines. A crop that fits, or has no gap wide enough in its middle half, comes back whole.
-    Pieces are left to right, at the crop's full height; the crop is grey or 3- or 4-channel uint8.
+    Pieces are left to right, at the crop's full height; the crop is grey or 3-channel uint8.
     """
     h, w = crop.shape[:2]
     if w * stretch * LINE_HEIGHT / max(h, 1) <= MAX_WIDTH:
         return [crop]
     # The mean of the channels: the same grey for an RGB crop and a BGR one.
-    grey = crop if crop.ndim == 2 else crop[:, :, :3].mean(axis=2).astype(np.uint8)
+    grey = _drawn_grey(crop, w).astype(np.uint8)
     _, ink = cv2.threshold(grey, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
     # A column holds ink where a twentieth of its rows do: specks and a neighbour's descender tips do not.
     runs = _blank_runs(ink.sum(axis=0) >= max(1, round(0.05 * h)), max(2, round(WORD_GAP * h)))
@@ -412,9 +419,9 @@ def load_crops(
             line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
         rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
         image = prepare_line(rgb, stretch, max_width)
-        pieces = [image]
-        if split:
-            pieces = [prepare_line(piece, stretch, max_width) for piece in split_long_line(rgb, stretch)]
+        parts = split_long_line(rgb, stretch) if split else [rgb]
+        # A line that is not cut is read as the image already prepared, not prepared again.
+        pieces = [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width) for part in parts]
         width = drawn_width(line.shape[0], line.shape[1], stretch, max_width)
         out.append(LoadedCrop(name, text, image, width, pieces))
     return out
@@ -525,11 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):
                 print(json.dumps(row))
-        mine = edits_by_kind(list(zip(truths, texts, strict=True)))
-        theirs = edits_by_kind(list(zip(truths, other_texts, strict=True)))
-        for kind, counts in mine.items():
-            print(json.dumps({"kind": kind, **counts, "edits_other": theirs[kind]["edits"]}))
-        for row in compare_chars(truths, texts, other_texts):
+        for row in compare_kinds(truths, texts, other_texts) + compare_chars(truths, texts, other_texts):
             print(json.dumps(row))
         if args.lost:
             bands = {c.name: "; ".join(keys[i] for keys in splits) for i, c in enumerate(crops)}
