@@ -308,3 +308,25 @@ def test_each_digit_is_compared_between_two_readers_of_the_same_lines() -> None:
     assert (rows["6"]["wrong"], rows["6"]["wrong_other"]) == (0, 1)  # the other read 60 as 80
     assert (rows["6"]["lines_added"], rows["6"]["lines_added_other"]) == (0, 1)  # 58 read 56
     assert rows["8"]["lines_added_other"] == 1 and rows["8"]["in_truths"] == 1
+
+
+def test_the_grey_edge_band_tells_one_bit_scans_from_smooth_print(tmp_path) -> None:
+    import json
+
+    from train.eval_lines import grey_edge_band, load_crops
+
+    hard = np.full((40, 240, 3), 255, np.uint8)
+    cv2.putText(hard, "TOTAL 12.50", (4, 32), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (0, 0, 0), 2)  # no anti-aliasing
+    smooth = cv2.GaussianBlur(hard, (0, 0), 1.5)
+    cv2.imwrite(str(tmp_path / "hard.png"), hard)
+    cv2.imwrite(str(tmp_path / "smooth.png"), smooth)
+    cv2.imwrite(str(tmp_path / "blank.png"), np.full((40, 240, 3), 250, np.uint8))
+    names = ("hard", "smooth", "blank")
+    (tmp_path / "labels.jsonl").write_text(
+        "".join(json.dumps({"file": f"{name}.png", "text": "A"}) + "\n" for name in names)
+    )
+    bands = [grey_edge_band(crop.grey_edges) for crop in load_crops(tmp_path)]
+    assert bands == ["0-9% of the ink grey", "50+% of the ink grey", "no print to measure edges on"]
+    assert grey_edge_band(0.1) == "10-29% of the ink grey"
+    assert grey_edge_band(0.2999) == "10-29% of the ink grey"
+    assert grey_edge_band(0.3) == "30-49% of the ink grey"

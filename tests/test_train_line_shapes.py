@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
-from train.line_shapes import LOOKS, line_looks, line_shape, percentiles
+from train.line_shapes import LOOKS, grey_edge_share, line_looks, line_shape, percentiles
 
 
 def test_ink_height_share_and_width_per_character() -> None:
@@ -49,3 +50,21 @@ def test_percentiles_of_the_looks_by_name() -> None:
     assert list(table) == list(LOOKS)
     assert table["paper level"] == [10.0, 25.0, 50.0, 75.0, 90.0]
     assert table["dark share"] == [0.1, 0.25, 0.5, 0.75, 0.9]
+
+
+def test_a_one_bit_crop_has_no_grey_edges_and_a_blurred_one_has_many() -> None:
+    crop = np.full((40, 200), 255, np.uint8)
+    crop[10:30, 20:180:10] = 0  # strokes 3 px wide, black on white, nothing between
+    crop[10:30, 21:180:10] = 0
+    crop[10:30, 22:180:10] = 0
+    assert grey_edge_share(crop) == 0.0
+    assert grey_edge_share(np.repeat(crop[:, :, None], 3, axis=2)) == 0.0  # a colour crop alike
+    blurred = cv2.GaussianBlur(crop, (0, 0), 1.2)
+    assert 0.3 < (grey_edge_share(blurred) or 0.0) < 0.9
+    # Levels are the crop's own: the same strokes in grey on grey paper are as hard.
+    assert grey_edge_share(np.where(crop == 0, 90, 200).astype(np.uint8)) == 0.0
+
+
+def test_a_crop_without_print_has_no_grey_edge_share() -> None:
+    noise = np.random.default_rng(0).normal(235, 6, (30, 120))
+    assert grey_edge_share(np.clip(noise, 0, 255).astype(np.uint8)) is None

@@ -24,7 +24,7 @@ from rapidfuzz.distance import Levenshtein
 
 from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, drawn_width, trained_stretch
 from bench.text_forms import normalize, normalize_spaced
-from train.line_shapes import prepared_looks
+from train.line_shapes import grey_edge_share, prepared_looks
 from train.make_crops import read_crops
 from train.render import LINE_STRETCH, prepare_line
 from train.text_source import letter_case
@@ -225,6 +225,20 @@ def dark_share_band(image: np.ndarray, width: int, bands: Sequence[int] = DARK_S
     return f"{_band(100 * prepared_looks(_drawn_grey(image, width))[3], bands)}% of pixels dark"
 
 
+GREY_EDGE_BANDS = (0, 10, 30, 50)  # percent of a crop's inked pixels that are grey (`grey_edge_share`)
+
+
+def grey_edge_band(share: float | None, bands: Sequence[int] = GREY_EDGE_BANDS) -> str:
+    """The band of `bands` that a crop's grey edge share (`train.line_shapes.grey_edge_share`) falls in.
+
+    One-bit scans and crisp prints fall in the low bands (hard edges, no grey), blurred, resampled
+    and anti-aliased print in the high ones. A blank crop (None) is a band of its own.
+    """
+    if share is None:
+        return "no print to measure edges on"
+    return f"{_band(100 * share, bands)}% of the ink grey"
+
+
 def cap_band(width: int, cap: int = MAX_WIDTH) -> str:
     """Whether a line drawn `width` px wide (`drawn_width`) met the contract's cap on its width.
 
@@ -386,6 +400,7 @@ class LoadedCrop(NamedTuple):
     image: np.ndarray  # the whole line, prepared (RGB)
     width: int  # the line's own width in `image`, the white padding aside
     pieces: list[np.ndarray]  # what is read: [image], or the prepared pieces of a split line
+    grey_edges: float | None  # `grey_edge_share` of the crop as read, before it is prepared
 
 
 def load_crops(
@@ -423,7 +438,7 @@ def load_crops(
         # A line that is not cut is read as the image already prepared, not prepared again.
         pieces = [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width) for part in parts]
         width = drawn_width(line.shape[0], line.shape[1], stretch, max_width)
-        out.append(LoadedCrop(name, text, image, width, pieces))
+        out.append(LoadedCrop(name, text, image, width, pieces, grey_edge_share(line)))
     return out
 
 
@@ -471,8 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="another reader's text of the crops (bench.vlm_lines --save-hints): CER of both by line length, "
         "by how the line is printed (its case in that text), by the pixels a character gets, by "
-        "how much of the line image's height its ink spans, by the share of its pixels that are dark "
-        "and by whether it meets the width cap; edits on digits, letters and marks, and each digit's",
+        "how much of the line image's height its ink spans, by the share of its pixels that are dark, "
+        "by whether it meets the width cap and by how much of its ink is grey (none on a one-bit "
+        "scan); edits on digits, letters and marks, and each digit's",
     )
     parser.add_argument(
         "--lost",
@@ -528,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             [ink_fill_band(c.image, c.width) for c in crops],
             [dark_share_band(c.image, c.width) for c in crops],
             [cap_band(c.width) for c in crops],
+            [grey_edge_band(c.grey_edges) for c in crops],
         )
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):

@@ -9,7 +9,9 @@ loose detector box makes the text small once the line is scaled to 28 px), and t
 per character over its height (condensed faces are narrow). Lines of fewer than four characters are
 left out: their width says little about a glyph's. With `--looks`, four more, of the grey levels
 the model is given (`prepare_line`'s 28 rows, its white padding left out): the paper's level, the
-ink's, the contrast between them and the share of pixels darker than half-way.
+ink's, the contrast between them and the share of pixels darker than half-way; and one at the
+crop's own resolution, the share of its inked pixels that are grey (`grey_edge_share`: none on a
+one-bit scan). Blank crops (no contrast) are left out of that one.
 """
 
 from __future__ import annotations
@@ -61,6 +63,28 @@ def prepared_looks(prepared: np.ndarray) -> tuple[float, float, float, float]:
 
 LOOKS = ("paper level", "ink level", "contrast", "dark share")
 
+_BLANK_CONTRAST = 40  # grey levels between a crop's paper and its ink under which it holds no print
+
+
+def grey_edge_share(image: np.ndarray) -> float | None:
+    """The share of a crop's inked pixels that are grey, at its own resolution; None for a blank crop.
+
+    The ink is the crop's 1st percentile of grey, the paper its 90th. A pixel is inked from a
+    quarter of the way from the paper to the ink, grey up to three quarters. A one-bit scan has
+    none (every pixel is paper or ink); anti-aliased print, blur, resampling and JPEG make a third
+    to a half of a line's inked pixels grey, most of them on the strokes' edges.
+    """
+    grey = (image.mean(axis=2) if image.ndim == 3 else image).astype(np.float32)
+    ink, paper = np.percentile(grey, (1, 90))
+    if paper - ink < _BLANK_CONTRAST:
+        return None
+    depth = (paper - grey) / (paper - ink)  # 0 on the paper, 1 on the ink
+    inked = depth > 0.25
+    return float((inked & (depth < 0.75)).sum() / max(int(inked.sum()), 1))
+
+
+EDGES = ("grey edge share",)
+
 
 def _has_wide(text: str) -> bool:
     """Whether the text holds a wide (East Asian full-width) character: Han, kana, full-width forms."""
@@ -89,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--levels-share", type=float, help="render with this share of scanner levels (the renderer's default)"
     )
+    parser.add_argument(
+        "--bilevel-share", type=float, help="render with this share of one-bit scans (the renderer's default)"
+    )
     args = parser.parse_args(argv)
-    from train.render import SCANNER_LEVELS_SHARE, LineRenderer, load_fonts
+    from train.render import BILEVEL_SHARE, SCANNER_LEVELS_SHARE, LineRenderer, load_fonts
     from train.text_source import TextSource
 
     crops = [(crop, text) for _, crop, text in read_crops(args.crops, args.count) if len(text) >= _MIN_CHARS]
@@ -100,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     # holding them count only when the crops hold some.
     with_wide = any(_has_wide(text) for _, text in crops)
     levels = SCANNER_LEVELS_SHARE if args.levels_share is None else args.levels_share
-    renderer = LineRenderer(load_fonts(args.fonts), args.seed, levels_share=levels)
+    bilevel = BILEVEL_SHARE if args.bilevel_share is None else args.bilevel_share
+    renderer = LineRenderer(load_fonts(args.fonts), args.seed, levels_share=levels, bilevel_share=bilevel)
     source = TextSource(args.seed, args.words)
     rendered: list[tuple[float, float]] = []
     rendered_looks: list[tuple[float, float, float, float]] = []
+    rendered_edges: list[tuple[float]] = []
     while len(rendered) < len(real):
         text = source.line()
         if len(text) >= _MIN_CHARS and (with_wide or not _has_wide(text)):
@@ -112,13 +141,20 @@ def main(argv: list[str] | None = None) -> int:
             rendered.append(line_shape(line, text))
             if args.looks:
                 rendered_looks.append(line_looks(line))
+                edge = grey_edge_share(line)
+                if edge is not None:
+                    rendered_edges.append((edge,))
     print(f"percentiles {list(PERCENTILES)}")
     for name, shapes in (("crops", real), ("rendered", rendered)):
         for figure, values in percentiles(shapes).items():
             print(f"{name:9s} {figure:24s} {values}")
     if args.looks:
-        for name, looks in (("crops", real_looks), ("rendered", rendered_looks)):
-            for figure, values in percentiles(looks, LOOKS).items():
+        real_edges = [(edge,) for crop, _ in crops if (edge := grey_edge_share(crop)) is not None]
+        for name, looks, edges in (
+            ("crops", real_looks, real_edges),
+            ("rendered", rendered_looks, rendered_edges),
+        ):
+            for figure, values in (percentiles(looks, LOOKS) | percentiles(edges, EDGES)).items():
                 print(f"{name:9s} {figure:24s} {values}")
     return 0
 
