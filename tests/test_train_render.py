@@ -13,7 +13,7 @@ import pytest
 
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from tests.rendering import CJK_FONT, LATIN_FONT, MONO_FONT, link_fonts
-from train.line_shapes import line_looks, line_shape
+from train.line_shapes import grey_edge_share, line_looks, line_shape
 from train.pack import subset_latin
 from train.render import (
     LINE_HEIGHT,
@@ -380,12 +380,15 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[None]:
         ("_pen_stroke", "pen_share", 1.0, 12),
         ("_scanner_levels", "levels_share", 0.0, 0),
         ("_scanner_levels", "levels_share", 1.0, 12),
+        ("_bilevel_scan", "bilevel_share", 0.0, 0),
+        ("_bilevel_scan", "bilevel_share", 1.0, 12),
     ],
 )
 def test_a_share_is_the_share_of_lines_given_that_step(
     fonts: Path, monkeypatch: pytest.MonkeyPatch, method: str, share_name: str, share: float, called: int
 ) -> None:
-    # Pen marks (`_pen_stroke`) and a scanner's levels (`_scanner_levels`) each on its share of lines.
+    # Pen marks (`_pen_stroke`), a scanner's levels (`_scanner_levels`) and one-bit scans
+    # (`_bilevel_scan`) each on its share of lines.
     calls = _count_calls(monkeypatch, method)
     renderer = LineRenderer(load_fonts(fonts), 4, **{share_name: share})
     for _ in range(12):
@@ -396,14 +399,22 @@ def test_a_share_is_the_share_of_lines_given_that_step(
 def test_shares_are_the_renderers_own_keyword_arguments(fonts: Path) -> None:
     # A trainer's data loader builds its renderers with `**asdict(shares)`.
     renderer = LineRenderer(
-        load_fonts(fonts), 1, **asdict(Shares(pen_share=0.1, more_share=0.2, levels_share=0.3))
+        load_fonts(fonts),
+        1,
+        **asdict(Shares(pen_share=0.1, more_share=0.2, levels_share=0.3, bilevel_share=0.4)),
     )
-    assert (renderer.pen_share, renderer.more_share, renderer.levels_share) == (0.1, 0.2, 0.3)
+    assert (renderer.pen_share, renderer.more_share, renderer.levels_share, renderer.bilevel_share) == (
+        0.1,
+        0.2,
+        0.3,
+        0.4,
+    )
     default = LineRenderer(load_fonts(fonts), 1)
     assert asdict(Shares()) == {
         "pen_share": default.pen_share,
         "more_share": default.more_share,
         "levels_share": default.levels_share,
+        "bilevel_share": default.bilevel_share,
     }
 
 
@@ -435,6 +446,38 @@ def test_lines_given_a_scanners_levels_reach_the_model_on_white_paper(fonts: Pat
     # The renderer's own paper is 170-255 and grained; a scanner's levels take most of it to white.
     assert np.median(paper_levels(0.0)) < 240
     assert np.median(paper_levels(1.0)) >= 250
+
+
+def test_a_bilevel_scan_leaves_every_pixel_paper_white_or_ink_black(fonts: Path) -> None:
+    renderer = LineRenderer(load_fonts(fonts), 2)
+    image = np.full((30, 120), 200.0, np.float32)
+    image[10:20, 10:110] = 80.0  # a bar of grey ink on grey paper, its edges blurred and noisy
+    image = cv2.GaussianBlur(image, (0, 0), 1.0)
+    image += np.random.default_rng(0).normal(0, 4, image.shape).astype(np.float32)
+    for _ in range(20):
+        bits = renderer._bilevel_scan(image)
+        assert bits.shape == image.shape
+        assert set(np.unique(bits)) <= {0.0, 255.0}
+        # The bar is ink and the paper round it white, whatever the threshold and resolution.
+        assert (bits[13:17, 20:100] == 0).all() and (bits[:5] == 255).all() and (bits[25:] == 255).all()
+
+
+def test_a_bilevel_scan_leaves_light_print_on_a_dark_band_alone(fonts: Path) -> None:
+    band = np.full((30, 120), 40.0, np.float32)
+    band[10:20, 10:40] = 230.0
+    assert np.array_equal(LineRenderer(load_fonts(fonts), 2)._bilevel_scan(band), band)
+
+
+def test_lines_scanned_one_bit_a_pixel_reach_the_reader_with_hard_edges(fonts: Path) -> None:
+    def edge_shares(share: float) -> list[float]:
+        renderer = LineRenderer(load_fonts(fonts), 9, bilevel_share=share)
+        lines = [renderer.render(f"CASH {n}.00 THANK YOU") for n in range(40)]
+        return [edge for line in lines if (edge := grey_edge_share(line)) is not None]
+
+    # Anti-aliased glyphs, blur and resampling leave grey on a stroke's edges; a one-bit scan
+    # none, unless a JPEG after it rings (part of the lines).
+    assert np.percentile(edge_shares(0.0), 10) > 0.15
+    assert np.median(edge_shares(1.0)) < 0.1
 
 
 def test_pen_marks_are_off_by_default(fonts: Path) -> None:

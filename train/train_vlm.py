@@ -42,7 +42,13 @@ from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
 from train.model import SIZES, PromptFormat, build_model, preprocessor_config  # noqa: E402
-from train.render import MORE_FACE_SHARE, PEN_SHARE, SCANNER_LEVELS_SHARE, Shares  # noqa: E402
+from train.render import (  # noqa: E402
+    BILEVEL_SHARE,
+    MORE_FACE_SHARE,
+    PEN_SHARE,
+    SCANNER_LEVELS_SHARE,
+    Shares,
+)
 from train.schedule import RunBudget, by_steps, by_time  # noqa: E402
 from train.step import line_loss, reference_loss  # noqa: E402
 from train.text_source import common_chinese  # noqa: E402
@@ -103,7 +109,12 @@ class StepProfile:
 
 def _shares(args: argparse.Namespace) -> Shares:
     """The renderer's optional steps at the shares this run was asked for."""
-    return Shares(pen_share=args.pen_share, more_share=args.more_face_share, levels_share=args.levels_share)
+    return Shares(
+        pen_share=args.pen_share,
+        more_share=args.more_face_share,
+        levels_share=args.levels_share,
+        bilevel_share=args.bilevel_share,
+    )
 
 
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
@@ -267,6 +278,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=SCANNER_LEVELS_SHARE,
         help="share of lines given a scanner's levels, paper to white (train.render's SCANNER_LEVELS_SHARE)",
+    )
+    parser.add_argument(
+        "--bilevel-share",
+        type=float,
+        default=BILEVEL_SHARE,
+        help="share of lines scanned one bit a pixel, black or white (train.render's BILEVEL_SHARE)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
