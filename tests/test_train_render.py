@@ -480,12 +480,14 @@ def test_lines_scanned_one_bit_a_pixel_reach_the_reader_with_hard_edges(fonts: P
     assert np.median(edge_shares(1.0)) < 0.1
 
 
-def test_pen_marks_are_off_by_default(fonts: Path) -> None:
-    # Runs with pen marks read the receipts worse (train/README.md): a renderer built without a
-    # share draws exactly what one told to mark no line draws.
+@pytest.mark.parametrize("share_name", ["pen_share", "bilevel_share"])
+def test_pen_marks_and_one_bit_scans_are_off_by_default(fonts: Path, share_name: str) -> None:
+    # Runs with pen marks read the receipts worse, runs with one-bit scans no better
+    # (train/README.md): a renderer built without a share draws exactly what one told to draw the
+    # step on no line draws.
     infos = load_fonts(fonts)
     plain = [LineRenderer(infos, 8).render(f"CASH {n}.00") for n in range(20)]
-    off = [LineRenderer(infos, 8, pen_share=0.0).render(f"CASH {n}.00") for n in range(20)]
+    off = [LineRenderer(infos, 8, **{share_name: 0.0}).render(f"CASH {n}.00") for n in range(20)]
     assert all(np.array_equal(a, b) for a, b in zip(plain, off, strict=True))
 
 

@@ -108,15 +108,18 @@ MORE_FACE_SHARE = 0.0
 SCANNER_LEVELS_SHARE = 0.75
 # A bilevel scan: a document scanner's black-and-white mode (or a fax) keeps one bit a pixel, so
 # every pixel is paper or ink and a stroke's edge is a staircase with no grey. Many receipts reach
-# the appliance so: at the crop's own resolution 15% of the receipt crops have grey on under a
-# tenth of their inked pixels and 22% on under 0.3, against 0.5% and 7.5% of the lines rendered
-# without this step, which smooths every edge (anti-aliased glyphs, blur, resampling;
-# `python -m train.line_shapes --crops DIR --looks`, "grey edge share"). The kept reader read
-# such crisp lines worse than the ONNX reader did, on the receipts and on the renderer's own
-# lines alike, where on the other lines it read the renderer's much better (`train.eval_lines
-# --against`, the grey edge bands). Drawn after the scan's blur, noise and levels (the scanner
-# thresholds what it sees) and before the JPEG; train_vlm's `--bilevel-share` sets the share.
-BILEVEL_SHARE = 0.15
+# the appliance so: the share of a crop's inked pixels that are grey, at its own resolution, is 0
+# at the receipt crops' 10th percentile and 0.32 at their 25th, against 0.31 and 0.42 for lines
+# rendered without this step, 0 and 0.34 with it on 15% of lines (`python -m train.line_shapes
+# --crops DIR --looks`, "grey edge share"). The kept reader reads the crisp receipt lines worse
+# than the ONNX reader does, by more than elsewhere (`train.eval_lines --against`, the grey edge
+# bands).
+# Off by default all the same: four runs on from it with one-bit scans on 15% of lines read the
+# receipts as four without (-0.01 points, -0.09 to +0.06), and their soup read the crisp lines
+# worse, not better (train/README.md, "One-bit scans"): what the reader lacks there is not the
+# hard edges. Drawn after the scan's blur, noise and levels and before the JPEG; train_vlm's
+# `--bilevel-share` draws them for a run.
+BILEVEL_SHARE = 0.0
 
 
 @dataclass(frozen=True)
