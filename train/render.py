@@ -236,6 +236,16 @@ def _middle_band(size: int) -> slice:
     return slice(size, int(size * 2.3))
 
 
+def _paper_and_ink(image: np.ndarray) -> tuple[float, float] | None:
+    """A drawn line's paper and ink levels (its 75th and 2nd percentiles of grey), as a scanner sees them.
+
+    None where the paper is not lighter than the ink by 24 levels: light print on a dark band
+    (most of the crop is the band), or no print.
+    """
+    paper, ink = (float(level) for level in np.percentile(image, (75, 2)))
+    return None if paper - ink < 24 else (paper, ink)
+
+
 @functools.lru_cache(maxsize=512)
 def _font(path: Path, index: int, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(str(path), size=size, index=index)
@@ -666,9 +676,10 @@ class LineRenderer:
     def _scanner_levels(self, image: np.ndarray) -> np.ndarray:
         """Stretches the grey levels as a scanner's auto-levels do: paper to white, ink towards black."""
         rng = self.rng
-        paper, ink = (float(level) for level in np.percentile(image, (75, 2)))
-        if paper - ink < 24:  # light print on a dark band, or no print: nothing to stretch
+        levels = _paper_and_ink(image)
+        if levels is None:  # nothing to stretch
             return image
+        paper, ink = levels
         # The white point sits at or a little under the paper, so the paper clips to 255 (its
         # grain and the noise with it); the black point from well under the ink (which then stays
         # a dark grey) to a little over it (its darkest strokes clip to black, as in many scans).
@@ -683,9 +694,10 @@ class LineRenderer:
         office scanner's 200 dpi), so the staircase of a stroke's edge is coarser than a pixel.
         """
         rng = self.rng
-        paper, ink = (float(level) for level in np.percentile(image, (75, 2)))
-        if paper - ink < 24:  # light print on a dark band, or no print: a threshold would lose it
+        levels = _paper_and_ink(image)
+        if levels is None:  # a threshold would lose the print
             return image
+        paper, ink = levels
         # Where between the two the threshold sits thins the strokes (near the ink) or thickens
         # them (near the paper), as a scanner's brightness setting does.
         threshold = ink + rng.uniform(0.35, 0.65) * (paper - ink)
