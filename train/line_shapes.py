@@ -71,8 +71,8 @@ def grey_edge_share(image: np.ndarray) -> float | None:
 
     The ink is the crop's 1st percentile of grey, the paper its 90th. A pixel is inked from a
     quarter of the way from the paper to the ink, grey up to three quarters. A one-bit scan has
-    none (every pixel is paper or ink); anti-aliased print, blur, resampling and JPEG make a third
-    to a half of a line's inked pixels grey, most of them on the strokes' edges.
+    none (every pixel is paper or ink); anti-aliased print, blur, resampling and JPEG make about a
+    third to three quarters of most lines' inked pixels grey, most of them on the strokes' edges.
     """
     grey = (image.mean(axis=2) if image.ndim == 3 else image).astype(np.float32)
     ink, paper = np.percentile(grey, (1, 90))
