@@ -314,6 +314,7 @@ def test_the_grey_edge_band_tells_one_bit_scans_from_smooth_print(tmp_path) -> N
     import json
 
     from train.eval_lines import grey_edge_band, load_crops
+    from train.line_shapes import grey_edge_share
 
     hard = np.full((40, 240, 3), 255, np.uint8)
     cv2.putText(hard, "TOTAL 12.50", (4, 32), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (0, 0, 0), 2)  # no anti-aliasing
@@ -325,7 +326,7 @@ def test_the_grey_edge_band_tells_one_bit_scans_from_smooth_print(tmp_path) -> N
     (tmp_path / "labels.jsonl").write_text(
         "".join(json.dumps({"file": f"{name}.png", "text": "A"}) + "\n" for name in names)
     )
-    bands = [grey_edge_band(crop.grey_edges) for crop in load_crops(tmp_path)]
+    bands = [grey_edge_band(grey_edge_share(crop.line)) for crop in load_crops(tmp_path)]
     assert bands == ["0-9% of the ink grey", "50+% of the ink grey", "no print to measure edges on"]
     assert grey_edge_band(0.1) == "10-29% of the ink grey"
     assert grey_edge_band(0.2999) == "10-29% of the ink grey"

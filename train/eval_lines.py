@@ -400,7 +400,7 @@ class LoadedCrop(NamedTuple):
     image: np.ndarray  # the whole line, prepared (RGB)
     width: int  # the line's own width in `image`, the white padding aside
     pieces: list[np.ndarray]  # what is read: [image], or the prepared pieces of a split line
-    grey_edges: float | None  # `grey_edge_share` of the crop as read, before it is prepared
+    line: np.ndarray  # the crop as read (BGR, after `tone` and `x_scale`), before it is prepared
 
 
 def load_crops(
@@ -438,7 +438,7 @@ def load_crops(
         # A line that is not cut is read as the image already prepared, not prepared again.
         pieces = [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width) for part in parts]
         width = drawn_width(line.shape[0], line.shape[1], stretch, max_width)
-        out.append(LoadedCrop(name, text, image, width, pieces, grey_edge_share(line)))
+        out.append(LoadedCrop(name, text, image, width, pieces, line))
     return out
 
 
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             [ink_fill_band(c.image, c.width) for c in crops],
             [dark_share_band(c.image, c.width) for c in crops],
             [cap_band(c.width) for c in crops],
-            [grey_edge_band(c.grey_edges) for c in crops],
+            [grey_edge_band(grey_edge_share(c.line)) for c in crops],
         )
         for keys in splits:
             for row in compare_by(keys, truths, texts, other_texts):
