@@ -9,11 +9,13 @@ import pytest
 
 from appliance.engines.vlm_gguf.line_image import (
     LINE_HEIGHT,
+    LINE_INPUT_FILE,
     MAX_WIDTH,
     MIN_WIDTH,
     UNRECORDED_STRETCH,
     drawn_width,
     prepare_line,
+    trained_height,
     trained_stretch,
     write_trained_stretch,
 )
@@ -67,3 +69,29 @@ def test_an_export_records_its_stretch_and_one_without_a_record_reads_at_1(tmp_p
     assert trained_stretch(tmp_path) == UNRECORDED_STRETCH == 1.0  # exports from before the record
     write_trained_stretch(tmp_path, 2.0)
     assert trained_stretch(tmp_path) == 2.0
+
+
+def test_a_taller_line_gives_each_glyph_twice_the_rows_at_the_same_width() -> None:
+    crop = np.zeros((20, 300, 3), np.uint8)  # ink to the right edge
+    usual = prepare_line(crop, stretch=3.0)
+    tall = prepare_line(crop, stretch=1.5, height=56)
+    assert usual.shape == (LINE_HEIGHT, 1120, 3) and tall.shape == (56, 1120, 3)
+    small = np.zeros((20, 110, 3), np.uint8)  # 462 px at height 28 and stretch 3, and at 56 and 1.5
+    assert drawn_width(20, 110, 3.0) == drawn_width(20, 110, 1.5, line_height=56) == 462
+    tall_small = prepare_line(small, stretch=1.5, height=56)
+    assert tall_small.shape == (56, 476, 3)  # 462 px padded to 17 columns of 28 px
+    assert (tall_small[:, :462] == 0).all() and (tall_small[:, 462:] == 255).all()
+
+
+def test_a_height_that_is_not_whole_rows_of_tokens_is_refused() -> None:
+    with pytest.raises(ValueError, match="multiple of 28"):
+        prepare_line(np.zeros((20, 100, 3), np.uint8), height=42)
+
+
+def test_an_export_records_a_height_only_when_it_is_not_the_usual_one(tmp_path: Path) -> None:
+    assert trained_height(tmp_path) == LINE_HEIGHT  # no record at all
+    write_trained_stretch(tmp_path, 3.0)
+    assert "height" not in (tmp_path / LINE_INPUT_FILE).read_text()
+    assert trained_height(tmp_path) == LINE_HEIGHT
+    write_trained_stretch(tmp_path, 1.5, 56)
+    assert (trained_stretch(tmp_path), trained_height(tmp_path)) == (1.5, 56)

@@ -15,7 +15,15 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
-from train.render import DEFAULT_SHARES, LINE_STRETCH, LineRenderer, Shares, load_fonts, prepare_line
+from train.render import (
+    DEFAULT_SHARES,
+    LINE_HEIGHT,
+    LINE_STRETCH,
+    LineRenderer,
+    Shares,
+    load_fonts,
+    prepare_line,
+)
 from train.step import batch_indices
 from train.text_source import TextSource, label_of
 
@@ -25,7 +33,7 @@ class Sample:
     """One rendered, prepared line with its text."""
 
     text: str
-    image: np.ndarray  # prepared: 28 x (k*28) RGB
+    image: np.ndarray  # prepared: (n*28) x (k*28) RGB, n rows of tokens (1 unless drawn taller)
 
 
 def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.Tensor]:
@@ -36,11 +44,13 @@ def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, 
     of float patches to pass between processes; the patches are cut on the GPU.
     """
     width = max(s.image.shape[1] for s in samples)
-    images = np.full((len(samples), samples[0].image.shape[0], width, 3), 255, np.uint8)
+    height = samples[0].image.shape[0]
+    images = np.full((len(samples), height, width, 3), 255, np.uint8)
+    tokens = (height // (PATCH * MERGE)) * (width // (PATCH * MERGE))
     ids, labels = [], []
     for row, sample in enumerate(samples):
         images[row, :, : sample.image.shape[1]] = sample.image
-        sample_ids, sample_labels = prompt.example(width // (PATCH * MERGE), sample.text)
+        sample_ids, sample_labels = prompt.example(tokens, sample.text)
         ids.append(sample_ids)
         labels.append(sample_labels)
     length = max(len(x) for x in ids)
@@ -80,11 +90,12 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         *,
         pool: int = 8,
         stretch: float = LINE_STRETCH,
+        height: int = LINE_HEIGHT,
         shares: Shares = DEFAULT_SHARES,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
         self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
-        self.shares = shares
+        self.height, self.shares = height, shares
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -103,7 +114,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
                 # bug that skipped many lines would bend the data (the empty crop was one).
                 print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
-            yield Sample(label_of(text), prepare_line(image, self.stretch))
+            yield Sample(label_of(text), prepare_line(image, self.stretch, height=self.height))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()

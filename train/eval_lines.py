@@ -22,7 +22,13 @@ import cv2
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, drawn_width, trained_stretch
+from appliance.engines.vlm_gguf.line_image import (
+    LINE_HEIGHT,
+    MAX_WIDTH,
+    drawn_width,
+    trained_height,
+    trained_stretch,
+)
 from bench.text_forms import normalize, normalize_spaced
 from train.line_shapes import grey_edge_share, prepared_looks
 from train.make_crops import read_crops
@@ -333,7 +339,8 @@ def read_lines(
         # collate_lines widens the group to its widest line (with pad=False all are that wide).
         lines = collate_lines([Sample("", images[i]) for i in group], prompt)
         # Drop the empty answer (its <|im_end|>): the prompt ends where the answer starts.
-        length = len(prompt.prompt_ids(lines["images"].shape[2] // (PATCH * MERGE)))
+        rows, columns = (side // (PATCH * MERGE) for side in lines["images"].shape[1:3])
+        length = len(prompt.prompt_ids(rows * columns))
         feed = {k: v.to(device) for k, v in hf_inputs(lines, prompt.pad_id, prompt.image_id).items()}
         for key in ("input_ids", "attention_mask", "mm_token_type_ids"):
             feed[key] = feed[key][:, :length]
@@ -412,6 +419,7 @@ def load_crops(
     *,
     max_width: int = MAX_WIDTH,
     split: bool = False,
+    height: int = LINE_HEIGHT,
 ) -> list[LoadedCrop]:
     """Each line of folder/labels.jsonl, prepared as `prepare_line` gives it to the model.
 
@@ -422,7 +430,7 @@ def load_crops(
     to 45). `stretch` is the model's own (line_image.trained_stretch). `max_width` other than the
     contract's draws long lines wider than the model was trained to read them (a probe). `split`
     cuts a line over the cap at gaps between words (`split_long_line`), to be read in
-    pieces.
+    pieces. `height` is the model's own too (line_image.trained_height).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -433,11 +441,13 @@ def load_crops(
             width = max(1, round(line.shape[1] * x_scale))
             line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
         rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
-        image = prepare_line(rgb, stretch, max_width)
+        image = prepare_line(rgb, stretch, max_width, height)
         parts = split_long_line(rgb, stretch) if split else [rgb]
         # A line that is not cut is read as the image already prepared, not prepared again.
-        pieces = [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width) for part in parts]
-        width = drawn_width(line.shape[0], line.shape[1], stretch, max_width)
+        pieces = (
+            [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width, height) for part in parts]
+        )
+        width = drawn_width(line.shape[0], line.shape[1], stretch, max_width, height)
         out.append(LoadedCrop(name, text, image, width, pieces, line))
     return out
 
@@ -509,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.tone),
         max_width=args.max_tokens * LINE_HEIGHT,
         split=args.split_long,
+        height=trained_height(args.hf),
     )
     started = time.perf_counter()
     pieces = [piece for crop in crops for piece in crop.pieces]

@@ -117,12 +117,12 @@ def build_model(tokenizer: Any, size: ModelSize = ModelSize()) -> Any:
     return Qwen2VLForConditionalGeneration(config)
 
 
-def preprocessor_config() -> dict[str, Any]:
+def preprocessor_config(height: int = 28) -> dict[str, Any]:
     """preprocessor_config.json for the export: min/max pixels that never resize a prepared line."""
     return {
         "image_processor_type": "Qwen2VLImageProcessor",
-        "min_pixels": 28 * 224,
-        "max_pixels": 28 * 28 * 40,
+        "min_pixels": height * 224,
+        "max_pixels": height * 28 * 40,
         "patch_size": PATCH,
         "temporal_patch_size": TEMPORAL,
         "merge_size": MERGE,

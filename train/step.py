@@ -23,12 +23,12 @@ import torch.nn.functional as F  # noqa: N812 - torch's own spelling
 from train.model import IGNORE, IMAGE_MEAN, IMAGE_STD, MERGE, PATCH, TEMPORAL
 
 
-def text_positions(input_ids: np.ndarray, image_id: int) -> np.ndarray:
-    """M-RoPE positions (3, batch, length) as Qwen2-VL's get_rope_index places them for one-row lines.
+def text_positions(input_ids: np.ndarray, image_id: int, rows: int = 1) -> np.ndarray:
+    """M-RoPE positions (3, batch, length) as Qwen2-VL's get_rope_index places them for line images.
 
-    Text before the image counts 0, 1, ...; the image's k-th token sits at (t, h, w) =
-    (p, p, p + k) where p is the first image position; text after it continues from p + tokens
-    (max(h, w) of the merged grid, and h is 1). Padding after a line gets positions too: the
+    Text before the image counts 0, 1, ...; the image's tokens, `rows` rows of them in row-major
+    order, sit at (t, h, w) = (p, p + row, p + column) where p is the first image position; text
+    after it continues from p + max(rows, columns). Padding after a line gets positions too: the
     causal mask keeps it out of every real token's view and the loss ignores it.
     """
     batch, length = input_ids.shape
@@ -36,13 +36,14 @@ def text_positions(input_ids: np.ndarray, image_id: int) -> np.ndarray:
     for row in range(batch):
         image = np.flatnonzero(input_ids[row] == image_id)
         first, count = int(image[0]), len(image)
+        columns = count // rows
         before = np.arange(first)
-        after = np.arange(length - first - count) + first + count
+        after = np.arange(length - first - count) + first + max(rows, columns)
         positions[:, row, :first] = before
         positions[:, row, first + count :] = after
         positions[0, row, first : first + count] = first
-        positions[1, row, first : first + count] = first
-        positions[2, row, first : first + count] = first + np.arange(count)
+        positions[1, row, first : first + count] = first + np.repeat(np.arange(rows), columns)
+        positions[2, row, first : first + count] = first + np.tile(np.arange(columns), rows)
     return positions
 
 
@@ -58,7 +59,7 @@ def _normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def patchify(images: torch.Tensor) -> torch.Tensor:
-    """Qwen2-VL's flattened patches of (batch, 28, W, 3) uint8 lines, on their device.
+    """Qwen2-VL's flattened patches of (batch, H, W, 3) uint8 lines (sides multiples of 28), on their device.
 
     The same arithmetic as Qwen2VLImageProcessor without its resize (`python -m train.step`
     compares the two), done once for the batch: normalised, repeated over the two temporal frames,
@@ -93,7 +94,7 @@ def batch_indices(
     targets = labels[:, 1:].reshape(-1)
     scored = np.flatnonzero(targets != IGNORE)
     return {
-        "position_ids": text_positions(input_ids, image_id),
+        "position_ids": text_positions(input_ids, image_id, height // (PATCH * MERGE)),
         "vision_positions": vision_rotary_positions(height // PATCH, width // PATCH, count),
         "image_index": np.flatnonzero(input_ids.reshape(-1) == image_id),
         "label_index": scored,
@@ -154,11 +155,12 @@ def reference_loss(model: Any, batch: dict[str, torch.Tensor], pad_id: int) -> t
 
 
 def main() -> None:
-    """`python -m train.step [FONTS]`: this module against transformers on rendered lines, on the CPU.
+    """`python -m train.step [FONTS [HEIGHT]]`: this module against transformers on rendered lines, on CPU.
 
     Prints the largest difference between `patchify` and Qwen2VLImageProcessor's pixel values, and
     between `line_loss` (with vision_attention's grouping, as training runs it) and the model's own
-    loss and gradients, for the tiny and default shapes.
+    loss and gradients, for the tiny and default shapes. HEIGHT (28 unless given) draws the lines
+    that many pixels high: 56 checks the positions of two rows of image tokens.
     """
     import sys
     import tempfile
@@ -174,13 +176,14 @@ def main() -> None:
     from train.vision_attention import group_vision_attention
 
     fonts = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/usr/share/fonts")
+    height = int(sys.argv[2]) if len(sys.argv) > 2 else 28
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = build_tokenizer(Path(folder), common_chinese())
     prompt = PromptFormat(tokenizer)
-    lines = SyntheticLines(tokenizer, fonts, None, 1, 5).samples(0)
+    lines = SyntheticLines(tokenizer, fonts, None, 1, 5, stretch=3.0 * 28 / height, height=height).samples(0)
     batch = collate_lines(list(islice(lines, 12)), prompt)
-    config = {k: v for k, v in preprocessor_config().items() if k != "image_processor_type"}
+    config = {k: v for k, v in preprocessor_config(height).items() if k != "image_processor_type"}
     processor = Qwen2VLImageProcessor(**config)
     theirs = processor(images=list(batch["images"].numpy()), return_tensors="pt")["pixel_values"]
     print(f"pixel values: largest difference {float((patchify(batch['images']) - theirs).abs().max()):.2e}")

@@ -37,7 +37,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from appliance.engines.vlm_gguf.line_image import LINE_STRETCH, trained_stretch, write_trained_stretch  # noqa: E402
+from appliance.engines.vlm_gguf.line_image import (  # noqa: E402
+    LINE_HEIGHT,
+    LINE_STRETCH,
+    trained_height,
+    trained_stretch,
+    write_trained_stretch,
+)
 from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
@@ -125,6 +131,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         1,
         _HELD_OUT_SEED,
         stretch=args.line_stretch,
+        height=args.line_height,
         shares=_shares(args),
     ).samples(0)
     return list(islice(lines, args.eval_lines))
@@ -153,7 +160,7 @@ def timed_evaluation(
     )
 
 
-def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float) -> None:
+def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float, height: int = LINE_HEIGHT) -> None:
     """HF export (fp32 weights: the model is small), tokenizer, preprocessor and line-input files."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -161,8 +168,8 @@ def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float) -> None:
     for item in tokenizer_dir.iterdir():
         shutil.copy2(item, tmp / item.name)
     force_tokenizer_config(tmp)
-    (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(), indent=2) + "\n")
-    write_trained_stretch(tmp, stretch)
+    (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(height), indent=2) + "\n")
+    write_trained_stretch(tmp, stretch, height)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
@@ -260,6 +267,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=LINE_STRETCH,
         help="lines drawn this much wider than their aspect (prepare_line's stretch; kept in the export)",
+    )
+    parser.add_argument(
+        "--line-height",
+        type=int,
+        default=LINE_HEIGHT,
+        help="lines drawn this many pixels high, a multiple of 28 (prepare_line's height; kept in the "
+        "export): 56 gives each glyph two rows of tokens",
     )
     parser.add_argument(
         "--pen-share",
@@ -366,11 +380,11 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(step):
                 scheduler.step()
-        trained_at = trained_stretch(args.init_from)
+        trained_at, trained_tall = trained_stretch(args.init_from), trained_height(args.init_from)
         _log(
             args.out,
-            f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch}),"
-            f" schedule at step {step}",
+            f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch};"
+            f" height {trained_tall}, now {args.line_height}), schedule at step {step}",
         )
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
@@ -382,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         args.batch,
         args.seed * 100003 + step,
         stretch=args.line_stretch,
+        height=args.line_height,
         shares=_shares(args),
     )
     loader = DataLoader(
@@ -460,12 +475,12 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
-            export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
+            export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height)
         if time.monotonic() > budget.stop():
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-    export(model, tokenizer_dir, args.out / "hf", args.line_stretch)
+    export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height)
     nospace, spaced, _ = evaluate(model, tokenizer, held_out, 128)
     _log(
         args.out,

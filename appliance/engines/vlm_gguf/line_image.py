@@ -36,9 +36,12 @@ UNRECORDED_STRETCH = 1.0
 LINE_INPUT_FILE = "line_input.json"
 
 
-def write_trained_stretch(export_dir: Path, stretch: float) -> None:
-    """Records in a trained export the stretch its lines were drawn at."""
-    (export_dir / LINE_INPUT_FILE).write_text(json.dumps({"stretch": stretch}) + "\n", encoding="utf-8")
+def write_trained_stretch(export_dir: Path, stretch: float, height: int = LINE_HEIGHT) -> None:
+    """Records in a trained export the stretch and height its lines were drawn at."""
+    record: dict[str, float | int] = {"stretch": stretch}
+    if height != LINE_HEIGHT:  # exports at the usual height stay as they always were
+        record["height"] = height
+    (export_dir / LINE_INPUT_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
 def trained_stretch(export_dir: Path) -> float:
@@ -49,29 +52,48 @@ def trained_stretch(export_dir: Path) -> float:
     return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
 
 
-def drawn_width(height: int, width: int, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH) -> int:
+def trained_height(export_dir: Path) -> int:
+    """The height in pixels an export's lines were drawn at; LINE_HEIGHT for one that does not say."""
+    path = export_dir / LINE_INPUT_FILE
+    if not path.exists():
+        return LINE_HEIGHT
+    return int(json.loads(path.read_text(encoding="utf-8")).get("height", LINE_HEIGHT))
+
+
+def drawn_width(
+    height: int,
+    width: int,
+    stretch: float = LINE_STRETCH,
+    max_width: int = MAX_WIDTH,
+    line_height: int = LINE_HEIGHT,
+) -> int:
     """The width a height x width crop is drawn at in `prepare_line`'s image, before the white padding."""
-    return min(max(1, round(width * stretch * LINE_HEIGHT / max(height, 1))), max_width)
+    return min(max(1, round(width * stretch * line_height / max(height, 1))), max_width)
 
 
-def prepare_line(crop: np.ndarray, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH) -> np.ndarray:
+def prepare_line(
+    crop: np.ndarray, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH, height: int = LINE_HEIGHT
+) -> np.ndarray:
     """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
 
     The width is the crop's aspect times `stretch`, at most `max_width` (the contract's MAX_WIDTH;
-    another cap only to probe how a model reads past it). The channel order is kept: a BGR crop
-    comes back BGR, an RGB one RGB (white is the same in both).
+    another cap only to probe how a model reads past it). `height`, a multiple of 28, draws the
+    line over that many rows instead (56: two rows of tokens, each glyph twice the pixels
+    upright). The channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the
+    same in both).
     """
+    if height % LINE_HEIGHT:
+        raise ValueError(f"a line's height must be a multiple of {LINE_HEIGHT} px, not {height}")
     if crop.ndim == 2:
         crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
     elif crop.shape[2] == 4:
         crop = np.ascontiguousarray(crop[:, :, :3])
     h, w = crop.shape[:2]
-    width = drawn_width(h, w, stretch, max_width)
-    shrinking = h > LINE_HEIGHT or w > width
-    resized = cv2.resize(
-        crop, (width, LINE_HEIGHT), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
-    )
+    width = drawn_width(h, w, stretch, max_width, height)
+    shrinking = h > height or w > width
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    resized = cv2.resize(crop, (width, height), interpolation=interpolation)
     padded_width = max(MIN_WIDTH, -(-width // LINE_HEIGHT) * LINE_HEIGHT)
-    out = np.full((LINE_HEIGHT, padded_width, 3), 255, dtype=np.uint8)
+    out = np.full((height, padded_width, 3), 255, dtype=np.uint8)
     out[:, :width] = resized
     return out
