@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import get_args
 
 from appliance.engines.vlm_gguf.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
-from appliance.engines.vlm_gguf.line_image import trained_stretch
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, trained_height, trained_stretch
 from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
 
@@ -148,6 +148,16 @@ def quantize_gguf(source: Path, target: Path, quant: str, n_threads: int = 0) ->
 
 
 def _convert(args: argparse.Namespace) -> int:
+    line_reader = profile_for(args.family).line_input
+    if line_reader and trained_height(args.hf) != LINE_HEIGHT:
+        # The engine draws every line 28 px high (line_image.prepare_line); a reader trained on
+        # taller lines would be read at the wrong height and give garbage, not an error.
+        print(
+            f"error: {args.hf} was trained on lines {trained_height(args.hf)} px high; the appliance "
+            f"reads lines {LINE_HEIGHT} px high",
+            file=sys.stderr,
+        )
+        return 6
     llama_src = resolve_llama_src(args.llama_src)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -173,7 +183,7 @@ def _convert(args: argparse.Namespace) -> int:
         draft = convert(args.draft_hf, "draft")
     name = args.name or args.hf.resolve().name
     # A line reader is read at the stretch it was trained at: its export says which.
-    stretch = trained_stretch(args.hf) if profile_for(args.family).line_input else None
+    stretch = trained_stretch(args.hf) if line_reader else None
     written = [
         _manifest_for(
             out,

@@ -197,3 +197,23 @@ def test_convert_carries_a_line_readers_trained_stretch_into_its_manifest(
     out = tmp_path / "out"
     assert main(["convert", "--hf", str(export), "--family", family, "--out", str(out)]) == 0
     assert load_vlm_manifest(out / "manifest.json").line_stretch == expected  # a page model has none
+
+
+def test_convert_refuses_a_line_reader_trained_on_taller_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import quantize.gguf as gguf_module
+    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
+
+    converted: list[Path] = []
+    monkeypatch.setattr(
+        gguf_module, "convert_hf_checkpoint", lambda hf_dir, *_a, **_k: converted.append(hf_dir)
+    )
+    monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
+    export = tmp_path / "export"
+    export.mkdir()
+    write_trained_stretch(export, 1.5, 56)
+    out = tmp_path / "out"
+    assert main(["convert", "--hf", str(export), "--family", "qwen2vl_line", "--out", str(out)]) == 6
+    assert "trained on lines 56 px high" in capsys.readouterr().err
+    assert converted == [] and not (out / "manifest.json").exists()
