@@ -80,6 +80,22 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     assert (plain.width, wide.width) == (420, 630)  # the line's own width, not the white padding's
 
 
+def test_an_export_trained_on_taller_lines_is_read_on_lines_that_tall(tmp_path) -> None:
+    import json
+
+    from appliance.engines.vlm_gguf.line_image import trained_height, write_trained_stretch
+    from train.eval_lines import load_crops
+
+    write_trained_stretch(tmp_path, 1.5, 56)
+    crops = tmp_path / "crops"
+    crops.mkdir()
+    cv2.imwrite(str(crops / "a.png"), np.zeros((20, 200, 3), np.uint8))
+    (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
+    (tall,) = load_crops(crops, stretch=1.5, height=trained_height(tmp_path))
+    assert tall.image.shape == (56, 840, 3) and tall.width == 840  # as wide as 28 px at stretch 3.0
+    assert (tall.image == 0).all()
+
+
 def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp_path) -> None:
     import json
 

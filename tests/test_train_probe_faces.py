@@ -42,6 +42,14 @@ def test_each_string_in_each_face_that_covers_it(fonts: Path) -> None:
     assert all(image.shape[0] == LINE_HEIGHT for _, _, image in lines)
 
 
+def test_strings_are_drawn_as_tall_as_the_model_reads_them(fonts: Path) -> None:
+    usual = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, 3.0)
+    tall = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, 1.5, height=2 * LINE_HEIGHT)
+    assert [image.shape for _, _, image in tall] == [
+        (2 * LINE_HEIGHT, image.shape[1], 3) for _, _, image in usual
+    ]  # twice the rows, as wide: half the stretch
+
+
 def test_a_misread_is_a_difference_beyond_case_and_spaces() -> None:
     lines = [("a", "Z = 0%", "z =  0%"), ("b", "Z = 0%", "Z = O%"), ("c", "0.00", "0.00")]
     assert misreads(lines) == [("b", "Z = 0%", "Z = O%")]

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from bench.text_forms import normalize
-from train.render import LINE_STRETCH, FontInfo, _font, load_fonts, prepare_line
+from train.render import LINE_HEIGHT, LINE_STRETCH, FontInfo, _font, load_fonts, prepare_line
 
 # Receipt strings whose zeros, colons and dots a reader must tell from letters.
 ZERO_TEXTS = (
@@ -66,7 +66,13 @@ def draw_clean(text: str, info: FontInfo, size: int, margin: float) -> np.ndarra
 
 
 def probe_lines(
-    fonts: Sequence[FontInfo], texts: Sequence[str], size: int, margin: float, stretch: float = LINE_STRETCH
+    fonts: Sequence[FontInfo],
+    texts: Sequence[str],
+    size: int,
+    margin: float,
+    stretch: float = LINE_STRETCH,
+    *,
+    height: int = LINE_HEIGHT,
 ) -> list[tuple[str, str, np.ndarray]]:
     """(face file name, text, prepared image) for each text in each face whose cmap covers it."""
     lines = []
@@ -74,7 +80,11 @@ def probe_lines(
         for text in texts:
             if {ord(c) for c in text if not c.isspace()} <= info.chars:
                 lines.append(
-                    (info.path.name, text, prepare_line(draw_clean(text, info, size, margin), stretch))
+                    (
+                        info.path.name,
+                        text,
+                        prepare_line(draw_clean(text, info, size, margin), stretch, height=height),
+                    )
                 )
     return lines
 
@@ -98,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    from appliance.engines.vlm_gguf.line_image import trained_stretch
+    from appliance.engines.vlm_gguf.line_image import trained_height, trained_stretch
     from train.eval_lines import load_export, read_lines
 
     texts_in = args.text or TEXT_SETS[args.set]
-    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, trained_stretch(args.hf))
+    stretch, height = trained_stretch(args.hf), trained_height(args.hf)
+    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, stretch, height=height)
     model, tokenizer = load_export(args.hf, args.device)
     texts = read_lines(model, tokenizer, [image for _, _, image in lines])
     wrong = misreads([(face, text, read) for (face, text, _), read in zip(lines, texts, strict=True)])
