@@ -13,7 +13,7 @@ ROOT = Path(__file__).parent.parent
 # What the appliance installs and the training environment (train/requirements.txt and torch) lacks.
 APPLIANCE_ONLY = ("scipy", "onnxruntime", "grpc", "llama_cpp", "jsonschema")
 # Modules that import torch at once: this environment has none, so their imports are not tried here.
-NEEDS_TORCH = {"train.train_vlm"}
+NEEDS_TORCH = {"train.train_vlm", "train.step"}
 
 
 def _run_in_training_environment() -> list[str]:
