@@ -291,6 +291,9 @@ def test_a_line_over_the_cap_is_cut_at_a_gap_between_words_into_pieces_that_fit(
     # The cut runs through white a word space wide, not through a letter or between two of them.
     assert not ink[:, cut - 5 : cut + 5].any()
     assert np.array_equal(np.hstack(pieces), crop)
+    # Drawn two rows of tokens high at half the stretch, the line is as wide: cut the same way.
+    tall = split_long_line(crop, 1.5, 2 * LINE_HEIGHT)
+    assert [piece.shape for piece in tall] == [piece.shape for piece in pieces]
 
 
 def test_a_very_long_line_is_cut_as_often_as_it_takes_and_one_without_gaps_is_not() -> None:

@@ -372,7 +372,9 @@ def _blank_runs(ink_columns: np.ndarray, min_width: int) -> list[tuple[int, int]
     return [(int(inked[i]) + 1, int(inked[i + 1])) for i in wide]
 
 
-def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.ndarray]:
+def split_long_line(
+    crop: np.ndarray, stretch: float = LINE_STRETCH, line_height: int = LINE_HEIGHT
+) -> list[np.ndarray]:
     """The crop cut at gaps between words into pieces that each fit the width cap, or the crop itself.
 
     `prepare_line` squeezes a line wider than MAX_WIDTH at its stretch; read in pieces, each keeps
@@ -381,7 +383,7 @@ def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.
     Pieces are left to right, at the crop's full height; the crop is grey or 3-channel uint8.
     """
     h, w = crop.shape[:2]
-    if w * stretch * LINE_HEIGHT / max(h, 1) <= MAX_WIDTH:
+    if w * stretch * line_height / max(h, 1) <= MAX_WIDTH:
         return [crop]
     # The mean of the channels: the same grey for an RGB crop and a BGR one.
     grey = _drawn_grey(crop, w).astype(np.uint8)
@@ -396,7 +398,9 @@ def split_long_line(crop: np.ndarray, stretch: float = LINE_STRETCH) -> list[np.
         return [crop]
     _, _, left, right = max(gaps)
     cut = (left + right) // 2
-    return split_long_line(crop[:, :cut], stretch) + split_long_line(crop[:, cut:], stretch)
+    return split_long_line(crop[:, :cut], stretch, line_height) + split_long_line(
+        crop[:, cut:], stretch, line_height
+    )
 
 
 class LoadedCrop(NamedTuple):
@@ -442,7 +446,7 @@ def load_crops(
             line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
         rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
         image = prepare_line(rgb, stretch, max_width, height)
-        parts = split_long_line(rgb, stretch) if split else [rgb]
+        parts = split_long_line(rgb, stretch, height) if split else [rgb]
         # A line that is not cut is read as the image already prepared, not prepared again.
         pieces = (
             [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width, height) for part in parts]
