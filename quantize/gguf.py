@@ -149,11 +149,12 @@ def quantize_gguf(source: Path, target: Path, quant: str, n_threads: int = 0) ->
 
 def _convert(args: argparse.Namespace) -> int:
     line_reader = profile_for(args.family).line_input
-    if line_reader and trained_height(args.hf) != LINE_HEIGHT:
+    height = trained_height(args.hf) if line_reader else LINE_HEIGHT
+    if height != LINE_HEIGHT:
         # The engine draws every line 28 px high (line_image.prepare_line); a reader trained on
         # taller lines would be read at the wrong height and give garbage, not an error.
         print(
-            f"error: {args.hf} was trained on lines {trained_height(args.hf)} px high; the appliance "
+            f"error: {args.hf} was trained on lines {height} px high; the appliance "
             f"reads lines {LINE_HEIGHT} px high",
             file=sys.stderr,
         )

@@ -117,7 +117,7 @@ def build_model(tokenizer: Any, size: ModelSize = ModelSize()) -> Any:
     return Qwen2VLForConditionalGeneration(config)
 
 
-def preprocessor_config(height: int = 28) -> dict[str, Any]:
+def preprocessor_config(height: int = PATCH * MERGE) -> dict[str, Any]:
     """preprocessor_config.json for the export: min/max pixels that never resize a prepared line."""
     return {
         "image_processor_type": "Qwen2VLImageProcessor",

@@ -171,17 +171,20 @@ def main() -> None:
 
     from train.data import SyntheticLines, collate_lines
     from train.model import TINY, ModelSize, PromptFormat, build_model, preprocessor_config
+    from train.render import LINE_HEIGHT, LINE_STRETCH
     from train.text_source import common_chinese
     from train.tokenizer import build_tokenizer
     from train.vision_attention import group_vision_attention
 
     fonts = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/usr/share/fonts")
-    height = int(sys.argv[2]) if len(sys.argv) > 2 else 28
+    height = int(sys.argv[2]) if len(sys.argv) > 2 else LINE_HEIGHT
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = build_tokenizer(Path(folder), common_chinese())
     prompt = PromptFormat(tokenizer)
-    lines = SyntheticLines(tokenizer, fonts, None, 1, 5, stretch=3.0 * 28 / height, height=height).samples(0)
+    # As wide as the usual line at its usual stretch, however tall.
+    stretch = LINE_STRETCH * LINE_HEIGHT / height
+    lines = SyntheticLines(tokenizer, fonts, None, 1, 5, stretch=stretch, height=height).samples(0)
     batch = collate_lines(list(islice(lines, 12)), prompt)
     config = {k: v for k, v in preprocessor_config(height).items() if k != "image_processor_type"}
     processor = Qwen2VLImageProcessor(**config)

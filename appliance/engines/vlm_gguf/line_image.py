@@ -44,20 +44,20 @@ def write_trained_stretch(export_dir: Path, stretch: float, height: int = LINE_H
     (export_dir / LINE_INPUT_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
+def _line_input(export_dir: Path) -> dict[str, float]:
+    """What an export records of its lines: {} for one from before the record."""
+    path = export_dir / LINE_INPUT_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def trained_stretch(export_dir: Path) -> float:
     """The stretch an export was trained at; UNRECORDED_STRETCH for one that does not say."""
-    path = export_dir / LINE_INPUT_FILE
-    if not path.exists():
-        return UNRECORDED_STRETCH
-    return float(json.loads(path.read_text(encoding="utf-8"))["stretch"])
+    return float(_line_input(export_dir).get("stretch", UNRECORDED_STRETCH))
 
 
 def trained_height(export_dir: Path) -> int:
     """The height in pixels an export's lines were drawn at; LINE_HEIGHT for one that does not say."""
-    path = export_dir / LINE_INPUT_FILE
-    if not path.exists():
-        return LINE_HEIGHT
-    return int(json.loads(path.read_text(encoding="utf-8")).get("height", LINE_HEIGHT))
+    return int(_line_input(export_dir).get("height", LINE_HEIGHT))
 
 
 def drawn_width(
