@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from train.ensemble import average_states, closest, main, voted
+from train.ensemble import average_states, closest, main, surest, voted
 
 
 def test_average_states_is_the_element_wise_mean() -> None:
@@ -27,6 +27,13 @@ def test_average_states_refuses_exports_of_other_weights() -> None:
 def test_the_vote_keeps_what_most_reads_agree_on_and_the_first_on_a_tie() -> None:
     assert voted(["TOTAL 1O.00", "total 10.00", "TOTAL 10.00"]) == 1  # case and spaces as CER sees them
     assert voted(["A", "B", "C"]) == 0
+
+
+def test_the_surest_read_has_the_highest_mean_token_probability_and_the_first_on_a_tie() -> None:
+    # The mean, not the product: a longer read is not marked down for its length.
+    assert surest([[0.9, 0.9], [0.99, 0.6], [0.85, 0.85, 0.95, 0.99]]) == 2
+    assert surest([[0.5], [0.5]]) == 0
+    assert surest([[], [0.1]]) == 1  # an empty read counts as no confidence
 
 
 def test_the_oracle_keeps_the_read_nearest_the_truth() -> None:
@@ -55,5 +62,29 @@ def test_vote_prints_each_reader_the_vote_and_the_oracle(
     out = capsys.readouterr().out
     assert out.count(": 5.00%") == 3  # one edit in the 20 characters (spaces left out) for each reader
     assert "vote: 0.00% / 0.00% spaced; oracle 0.00%; 3 lines" in out  # each line's error outvoted
+    assert "surest" not in out  # these files hold no probabilities
     assert main(["vote", *map(str, results), "--hints", str(hints)]) == 0
     assert "vote: 0.00% / 0.00% spaced; oracle 0.00%; 1 lines" in capsys.readouterr().out
+
+
+def test_vote_prints_the_surest_reads_cer_where_the_files_hold_probabilities(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truths = {"a.jpg": "TOTAL 10.00", "b.jpg": "CASH"}
+    reads = [
+        {"a.jpg": ("TOTAL 1O.00", [0.6] * 11), "b.jpg": ("CASH", [0.99] * 4)},
+        {"a.jpg": ("TOTAL 10.00", [0.9] * 11), "b.jpg": ("CASN", [0.7] * 4)},
+    ]
+    results = []
+    for index, read in enumerate(reads):
+        lines = [
+            {"file": f, "truth": t, "read": text, "probabilities": probabilities}
+            for f, t in truths.items()
+            for text, probabilities in [read[f]]
+        ]
+        results.append(tmp_path / f"r{index}.json")
+        results[-1].write_text(json.dumps({"summary": {}, "lines": lines}))
+    assert main(["vote", *map(str, results)]) == 0
+    out = capsys.readouterr().out
+    assert "vote: 7.14% / 6.67% spaced" in out  # a tie on both lines: the first file's reads
+    assert "surest: 0.00% / 0.00% spaced" in out  # each line's surer read is the right one

@@ -118,7 +118,7 @@ def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp
 def test_a_long_line_split_for_reading_is_read_in_pieces_and_its_text_joined(tmp_path) -> None:
     import json
 
-    from train.eval_lines import joined_reads, load_crops
+    from train.eval_lines import joined_probabilities, joined_reads, load_crops
 
     long_line = np.full((40, 640, 3), 255, np.uint8)
     cv2.putText(long_line, "RECEIVED ABOVE GOODS IN GOOD ORDER", (4, 30), cv2.FONT_HERSHEY_SIMPLEX, 1.0, 0, 2)
@@ -139,6 +139,7 @@ def test_a_long_line_split_for_reading_is_read_in_pieces_and_its_text_joined(tmp
         "RECEIVED ABOVE GOODS IN GOOD ORDER",
         "RECEI",
     ]
+    assert joined_probabilities(split, [[0.9, 0.8], [0.7], [0.5]]) == [[0.9, 0.8, 0.7], [0.5]]
 
 
 def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path) -> None:

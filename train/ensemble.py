@@ -4,8 +4,9 @@
 "model soup") as a new export, in bf16 with `--bf16` (to carry to a GPU box and start runs from).
 `vote RESULT...` takes `train.eval_lines --out` files of the same crops (one reader at several
 `--x-scale`, say), keeps for each line the read most of the others agree with (the first file's
-on a tie) and prints the CER of each file, of the vote and of the best read of each line (an
-oracle, the most any choice among them could give); `--hints READS --below C` restricts all of it
+on a tie) and prints the CER of each file, of the vote, of the read the reader was surest of (where
+the files hold each read's token probabilities) and of the best read of each line (an oracle, the
+most any choice among them could give); `--hints READS --below C` restricts all of it
 to the lines the ONNX reader gave less than C confidence (the cascade's unsure lines).
 """
 
@@ -34,6 +35,16 @@ def voted(reads: Sequence[str]) -> int:
     """The index of the read that most of `reads` agree with (compared as CER compares), first on a tie."""
     forms = [normalize(read, True) for read in reads]
     return max(range(len(reads)), key=lambda i: (sum(form == forms[i] for form in forms), -i))
+
+
+def surest(probabilities: Sequence[Sequence[float]]) -> int:
+    """The index of the read the reader was surest of: the highest mean token probability, first on a tie.
+
+    The mean is the confidence the appliance gives a line (`text_lines.make_line`); an empty read
+    counts as 0.
+    """
+    means = [sum(p) / len(p) if p else 0.0 for p in probabilities]
+    return max(range(len(means)), key=lambda i: (means[i], -i))
 
 
 def closest(truth: str, reads: Sequence[str]) -> int:
@@ -70,6 +81,10 @@ def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
     oracle = [(t, r[closest(t, r)]) for t, r in zip(truths, reads, strict=True)]
     spaced = cer(vote, spaced=True)
     print(f"vote: {cer(vote):.2%} / {spaced:.2%} spaced; oracle {cer(oracle):.2%}; {len(files)} lines")
+    if all("probabilities" in run[f] for run in runs for f in files):
+        scores = [[run[f]["probabilities"] for run in runs] for f in files]
+        sure = [(t, r[surest(p)]) for t, r, p in zip(truths, reads, scores, strict=True)]
+        print(f"surest: {cer(sure):.2%} / {cer(sure, spaced=True):.2%} spaced")
 
 
 def main(argv: list[str] | None = None) -> int:

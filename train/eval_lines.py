@@ -314,7 +314,17 @@ def load_export(hf_dir: Path, device: str) -> tuple[Any, Any]:
 def read_lines(
     model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64, pad: bool = False
 ) -> list[str]:
-    """Greedy text of each prepared line image, batched among lines of one width.
+    """Greedy text of each prepared line image, batched among lines of one width (`read_scored`)."""
+    return [text for text, _ in read_scored(model, tokenizer, images, batch, pad)]
+
+
+def read_scored(
+    model: Any, tokenizer: Any, images: Sequence[np.ndarray], batch: int = 64, pad: bool = False
+) -> list[tuple[str, list[float]]]:
+    """Greedy text of each prepared line image with the probability of each token it wrote.
+
+    The probabilities are the appliance's raw confidences (the engine gives each character its
+    token's), end of text left out as the engine leaves it out.
 
     pad=False reads each image exactly as the appliance sends it (a batch only holds lines of the
     same width: many small batches); pad=True widens each batch of neighbouring widths with white
@@ -329,7 +339,7 @@ def read_lines(
     prompt = PromptFormat(tokenizer)
     device = next(model.parameters()).device
     order = sorted(range(len(images)), key=lambda i: images[i].shape[1])
-    results: dict[int, str] = {}
+    results: dict[int, tuple[str, list[float]]] = {}
     start = 0
     while start < len(order):
         group = order[start : start + batch]
@@ -354,9 +364,17 @@ def read_lines(
                 do_sample=False,
                 eos_token_id=prompt.eos_id,
                 pad_token_id=prompt.pad_id,
+                output_scores=True,
+                return_dict_in_generate=True,
             )
+        written = out.sequences[:, length:]
+        # scores[k] are the logits that chose token k of every row (greedy: its arg max).
+        chosen = torch.stack(out.scores, dim=1).float().softmax(-1).gather(2, written[..., None])[..., 0]
         for row, index in enumerate(group):
-            results[index] = tokenizer.decode(out[row, length:], skip_special_tokens=True)
+            tokens = written[row].tolist()
+            end = tokens.index(prompt.eos_id) if prompt.eos_id in tokens else len(tokens)
+            text = tokenizer.decode(tokens[:end], skip_special_tokens=True)
+            results[index] = (text, chosen[row, :end].tolist())
     return [results[i] for i in range(len(images))]
 
 
@@ -462,12 +480,23 @@ def joined_reads(crops: Sequence[LoadedCrop], piece_texts: Sequence[str]) -> lis
     return [" ".join(next(texts).strip() for _ in crop.pieces) for crop in crops]
 
 
+def joined_probabilities(
+    crops: Sequence[LoadedCrop], piece_probabilities: Sequence[list[float]]
+) -> list[list[float]]:
+    """Each crop's token probabilities from those of its pieces, in `load_crops` order."""
+    pieces = iter(piece_probabilities)
+    return [[p for _ in crop.pieces for p in next(pieces)] for crop in crops]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.eval_lines", description=__doc__.splitlines()[0])
     parser.add_argument("--hf", type=Path, required=True, help="export folder (train_vlm's DIR/hf)")
     parser.add_argument("--crops", type=Path, required=True, help="train.make_crops output")
     parser.add_argument(
-        "--out", type=Path, help="per-line results JSON (default: CROPS/../eval_results.json)"
+        "--out",
+        type=Path,
+        help="per-line results JSON: each line's truth, read and the probability of each token of the read "
+        "(default: CROPS/../eval_results.json)",
     )
     parser.add_argument("--limit", type=int, help="read only the first N lines")
     parser.add_argument("--batch", type=int, default=64)
@@ -527,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.perf_counter()
     pieces = [piece for crop in crops for piece in crop.pieces]
-    texts = joined_reads(crops, read_lines(model, tokenizer, pieces, args.batch, args.pad))
+    scored = read_scored(model, tokenizer, pieces, args.batch, args.pad)
+    texts = joined_reads(crops, [text for text, _ in scored])
+    probabilities = joined_probabilities(crops, [p for _, p in scored])
     seconds = time.perf_counter() - started
     pairs = [(c.truth, t) for c, t in zip(crops, texts, strict=True)]
     breakdown = edit_breakdown(pairs)
@@ -576,7 +607,10 @@ def main(argv: list[str] | None = None) -> int:
             beyond_all = sum(line[0] for line in lost)
             print(f"{len(lost)} lines read worse than the other reader, {beyond_all} edits beyond its")
     out = args.out or args.crops.parent / "eval_results.json"
-    per_line = [{"file": c.name, "truth": c.truth, "read": t} for c, t in zip(crops, texts, strict=True)]
+    per_line = [
+        {"file": c.name, "truth": c.truth, "read": t, "probabilities": [round(x, 5) for x in p]}
+        for c, t, p in zip(crops, texts, probabilities, strict=True)
+    ]
     out.write_text(
         json.dumps({"summary": report, "lines": per_line}, ensure_ascii=False, indent=1) + "\n",
         encoding="utf-8",
