@@ -84,7 +84,18 @@ def test_vote_prints_the_surest_reads_cer_where_the_files_hold_probabilities(
         ]
         results.append(tmp_path / f"r{index}.json")
         results[-1].write_text(json.dumps({"summary": {}, "lines": lines}))
-    assert main(["vote", *map(str, results)]) == 0
+    kept = tmp_path / "surest.json"
+    assert main(["vote", *map(str, results), "--out", str(kept)]) == 0
     out = capsys.readouterr().out
     assert "vote: 7.14% / 6.67% spaced" in out  # a tie on both lines: the first file's reads
     assert "surest: 0.00% / 0.00% spaced" in out  # each line's surer read is the right one
+    written = json.loads(kept.read_text())["lines"]
+    assert [(line["file"], line["read"]) for line in written] == [("a.jpg", "TOTAL 10.00"), ("b.jpg", "CASH")]
+
+
+def test_vote_will_not_write_surest_reads_without_probabilities(tmp_path: Path) -> None:
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps({"summary": {}, "lines": [{"file": "a.jpg", "truth": "A", "read": "A"}]}))
+    with pytest.raises(SystemExit, match="probabilities"):
+        main(["vote", str(result), str(result), "--out", str(tmp_path / "surest.json")])
+    assert not (tmp_path / "surest.json").exists()

@@ -7,7 +7,8 @@
 on a tie) and prints the CER of each file, of the vote, of the read the reader was surest of (where
 the files hold each read's token probabilities) and of the best read of each line (an oracle, the
 most any choice among them could give); `--hints READS --below C` restricts all of it
-to the lines the ONNX reader gave less than C confidence (the cascade's unsure lines).
+to the lines the ONNX reader gave less than C confidence (the cascade's unsure lines); `--out FILE`
+writes the surest reads as `train.eval_lines --out` does, for `train.paired`.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _average(out: Path, exports: Sequence[Path], bf16: bool) -> None:
     print(f"{out}: the mean of {len(exports)} exports" + (", in bf16" if bf16 else ""))
 
 
-def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
+def _vote(results: Sequence[Path], hints: Path | None, below: float, out: Path | None) -> None:
     runs = [{line["file"]: line for line in json.loads(r.read_text())["lines"]} for r in results]
     files = [f for f in runs[0] if all(f in run for run in runs[1:])]
     if hints:
@@ -81,10 +82,20 @@ def _vote(results: Sequence[Path], hints: Path | None, below: float) -> None:
     oracle = [(t, r[closest(t, r)]) for t, r in zip(truths, reads, strict=True)]
     spaced = cer(vote, spaced=True)
     print(f"vote: {cer(vote):.2%} / {spaced:.2%} spaced; oracle {cer(oracle):.2%}; {len(files)} lines")
-    if all("probabilities" in run[f] for run in runs for f in files):
-        scores = [[run[f]["probabilities"] for run in runs] for f in files]
-        sure = [(t, r[surest(p)]) for t, r, p in zip(truths, reads, scores, strict=True)]
-        print(f"surest: {cer(sure):.2%} / {cer(sure, spaced=True):.2%} spaced")
+    if not all("probabilities" in run[f] for run in runs for f in files):
+        if out:
+            raise SystemExit("--out needs reads with their probabilities (train.eval_lines --out)")
+        return
+    kept = [runs[surest([run[f]["probabilities"] for run in runs])][f] for f in files]
+    sure = [(line["truth"], line["read"]) for line in kept]
+    print(f"surest: {cer(sure):.2%} / {cer(sure, spaced=True):.2%} spaced")
+    if out:  # as train.eval_lines writes its reads, for train.paired
+        summary = {
+            "lines": len(kept),
+            "cer_nospace_ci": round(cer(sure), 4),
+            "surest_of": list(map(str, results)),
+        }
+        out.write_text(json.dumps({"summary": summary, "lines": kept}, ensure_ascii=False, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     vote.add_argument("results", type=Path, nargs="+")
     vote.add_argument("--hints", type=Path, help="bench.vlm_lines --save-hints: the ONNX reads")
     vote.add_argument("--below", type=float, default=0.9, help="with --hints: lines under this confidence")
+    vote.add_argument(
+        "--out", type=Path, help="write the surest reads as train.eval_lines does (train.paired)"
+    )
     args = parser.parse_args(argv)
     if args.verb == "average":
         _average(args.out, args.exports, args.bf16)
     else:
-        _vote(args.results, args.hints, args.below)
+        _vote(args.results, args.hints, args.below, args.out)
     return 0
 
 
