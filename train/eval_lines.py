@@ -368,8 +368,7 @@ def read_scored(
                 return_dict_in_generate=True,
             )
         written = out.sequences[:, length:]
-        # scores[k] are the logits that chose token k of every row (greedy: its arg max).
-        chosen = torch.stack(out.scores, dim=1).float().softmax(-1).gather(2, written[..., None])[..., 0]
+        chosen = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).exp()
         for row, index in enumerate(group):
             tokens = written[row].tolist()
             end = tokens.index(prompt.eos_id) if prompt.eos_id in tokens else len(tokens)
