@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import get_args
 
 from appliance.engines.vlm_gguf.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
-from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, trained_height, trained_stretch
+from appliance.engines.vlm_gguf.line_image import (
+    LINE_HEIGHT,
+    trained_height,
+    trained_levels,
+    trained_stretch,
+)
 from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
 
@@ -183,8 +188,9 @@ def _convert(args: argparse.Namespace) -> int:
     if args.draft_hf is not None:
         draft = convert(args.draft_hf, "draft")
     name = args.name or args.hf.resolve().name
-    # A line reader is read at the stretch it was trained at: its export says which.
+    # A line reader is read at the stretch and levels it was trained at: its export says which.
     stretch = trained_stretch(args.hf) if line_reader else None
+    levels = trained_levels(args.hf) if line_reader else None
     written = [
         _manifest_for(
             out,
@@ -194,6 +200,7 @@ def _convert(args: argparse.Namespace) -> int:
             mmproj=mmproj,
             draft=draft,
             line_stretch=stretch,
+            line_levels=levels,
         )
     ]
     for quant in args.quant or []:
@@ -212,6 +219,7 @@ def _convert(args: argparse.Namespace) -> int:
                 mmproj=quant_mmproj,
                 draft=quant_draft,
                 line_stretch=stretch,
+                line_levels=levels,
             )
         )
     for manifest in written:
@@ -228,6 +236,7 @@ def _manifest_for(
     mmproj: Path,
     draft: Path | None,
     line_stretch: float | None,
+    line_levels: tuple[int, int] | None,
 ) -> VlmManifest:
     files = {"model": model, "mmproj": mmproj}
     if draft is not None:
@@ -240,6 +249,7 @@ def _manifest_for(
         origin="quantize.gguf convert",
         verify=True,
         line_stretch=line_stretch,
+        line_levels=line_levels,
     )
 
 

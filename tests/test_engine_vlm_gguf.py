@@ -352,6 +352,42 @@ def test_a_line_reader_gets_each_crop_at_its_trained_size(tmp_path: Path) -> Non
         page.close()
 
 
+def test_a_line_reader_trained_on_levelled_lines_reads_its_crops_levelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest's line_levels reach prepare_line: a faded crop is read with the ink and paper levels
+    its model was trained on; without them it is read as scanned."""
+    import appliance.engines.vlm_gguf.engine as engine_module
+
+    seen: list[np.ndarray] = []
+    real_prepare = engine_module.prepare_line
+
+    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
+        seen.append(real_prepare(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(engine_module, "prepare_line", spy)
+    faded = np.full((40, 300, 3), 200, np.uint8)  # grey paper
+    faded[10:30, 50:250] = 120  # faded ink
+    levelled = tmp_path / "levelled"
+    shutil.copytree(FIXTURES / "qwen2vl", levelled)
+    files = {role: levelled / f"{role}-f32.gguf" for role in ("model", "mmproj")}
+    write_vlm_manifest(
+        levelled / "manifest.json", "line", "qwen2vl_line", files, line_stretch=1.0, line_levels=(54, 255)
+    )
+    plain = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
+    level = _engine("qwen2vl", levelled, draft={"source": "none"}, image_max_side=0)
+    try:
+        plain.read(faded)
+        level.read(faded)
+    finally:
+        plain.close()
+        level.close()
+    as_scanned, as_trained = seen
+    assert as_scanned[14, 105].tolist() == [120] * 3 and as_scanned[2, 105].tolist() == [200] * 3
+    assert as_trained[14, 105].tolist() == [54] * 3 and as_trained[2, 105].tolist() == [255] * 3
+
+
 def _cascade_crop_shapes(engine: VlmGgufEngine, page: np.ndarray, first: PageText) -> list[tuple[int, ...]]:
     """The shapes of the crops the cascade (`unit: lines`) hands the engine for the first read's lines."""
     shapes: list[tuple[int, ...]] = []

@@ -274,3 +274,21 @@ def test_a_line_readers_stretch_is_written_read_back_and_checked(tmp_path: Path)
         (folder / "bad.json").write_text(json.dumps(document))
         with pytest.raises(ModelError, match="line_stretch"):
             load_vlm_manifest(folder / "bad.json")
+
+
+def test_a_line_readers_levels_are_written_read_back_and_checked(tmp_path: Path) -> None:
+    folder = copy_set("qwen2vl", tmp_path)
+    files = {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj")}
+    write_vlm_manifest(
+        folder / "line.json", "line", "qwen2vl_line", files, line_stretch=3.0, line_levels=(54, 255)
+    )
+    assert load_vlm_manifest(folder / "line.json").line_levels == (54, 255)
+    write_vlm_manifest(folder / "plain.json", "line", "qwen2vl_line", files, line_stretch=3.0)
+    assert "line_levels" not in (folder / "plain.json").read_text()
+    assert load_vlm_manifest(folder / "plain.json").line_levels is None
+    for bad in ([54], [54, 256], [-1, 255], [54.5, 255], [True, 255], "54 255"):
+        document = json.loads((folder / "line.json").read_text())
+        document["line_levels"] = bad
+        (folder / "bad.json").write_text(json.dumps(document))
+        with pytest.raises(ModelError, match="line_levels"):
+            load_vlm_manifest(folder / "bad.json")

@@ -14,8 +14,10 @@ from appliance.engines.vlm_gguf.line_image import (
     MIN_WIDTH,
     UNRECORDED_STRETCH,
     drawn_width,
+    level_line,
     prepare_line,
     trained_height,
+    trained_levels,
     trained_stretch,
     write_trained_stretch,
 )
@@ -95,3 +97,45 @@ def test_an_export_records_a_height_only_when_it_is_not_the_usual_one(tmp_path: 
     assert trained_height(tmp_path) == LINE_HEIGHT
     write_trained_stretch(tmp_path, 1.5, 56)
     assert (trained_stretch(tmp_path), trained_height(tmp_path)) == (1.5, 56)
+
+
+def _faded_line() -> np.ndarray:
+    """A grey-paper line (200) with faded ink (120) in its middle third, a speck (0) and a glare (255)."""
+    line = np.full((28, 300, 3), 200, np.uint8)
+    line[6:22, 100:200] = 120
+    line[0, 0] = 0
+    line[0, 1] = 255
+    return line
+
+
+def test_levelling_maps_a_lines_ink_and_paper_to_the_levels_asked() -> None:
+    out = level_line(_faded_line(), 54, 255)
+    assert (out[6:22, 100:200] == 54).all()  # the faded ink, as dark as asked
+    assert (out[20:, 250:] == 255).all()  # the grey paper, white
+    assert out[0, 0].tolist() == [0, 0, 0]  # a speck darker than the ink is clipped, not the ink's level
+
+
+def test_levelling_leaves_a_blank_line_and_the_channel_order_alone() -> None:
+    blank = np.full((28, 300, 3), 230, np.uint8)
+    blank[5, 5] = 226  # a few grey levels of noise are no print
+    assert np.array_equal(level_line(blank, 54, 255), blank)
+    coloured = _faded_line()
+    coloured[:, :, 0] = 10  # one channel darker throughout: the grey the percentiles come from shifts
+    out = level_line(coloured, 54, 255)
+    assert (out[1:, :, 0] < out[1:, :, 1]).all()  # channels are mapped alike, so their order shows
+
+
+def test_a_levelled_line_keeps_its_white_padding_white() -> None:
+    out = prepare_line(_faded_line(), stretch=1.0, levels=(54, 255))
+    plain = prepare_line(_faded_line(), stretch=1.0)
+    assert out.shape == plain.shape == (LINE_HEIGHT, 308, 3)
+    assert (out[:, 300:] == 255).all()
+    assert out[10, 150].tolist() == [54, 54, 54] and plain[10, 150].tolist() == [120, 120, 120]
+
+
+def test_an_export_records_its_levels_only_when_its_lines_were_levelled(tmp_path: Path) -> None:
+    write_trained_stretch(tmp_path, 3.0)
+    assert trained_levels(tmp_path) is None
+    assert "levels" not in (tmp_path / LINE_INPUT_FILE).read_text()
+    write_trained_stretch(tmp_path, 3.0, levels=(54, 255))
+    assert trained_levels(tmp_path) == (54, 255) and trained_stretch(tmp_path) == 3.0

@@ -199,6 +199,29 @@ def test_convert_carries_a_line_readers_trained_stretch_into_its_manifest(
     assert load_vlm_manifest(out / "manifest.json").line_stretch == expected  # a page model has none
 
 
+@pytest.mark.parametrize(("family", "expected"), [("qwen2vl_line", (54, 255)), ("qwen2vl", None)])
+def test_convert_carries_a_line_readers_levels_into_every_manifest_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, expected: tuple[int, int] | None
+) -> None:
+    import quantize.gguf as gguf_module
+    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
+
+    def converter(hf_dir: Path, outfile: Path, *, mmproj: bool = False, **_: object) -> Path:
+        shutil.copy(FIXTURES / "qwen2vl" / f"{'mmproj' if mmproj else 'model'}-f32.gguf", outfile)
+        return outfile
+
+    monkeypatch.setattr(gguf_module, "convert_hf_checkpoint", converter)
+    monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
+    export = tmp_path / "export"
+    export.mkdir()
+    write_trained_stretch(export, 3.0, levels=(54, 255))
+    out = tmp_path / "out"
+    args = ["convert", "--hf", str(export), "--family", family, "--out", str(out), "--quant", "Q8_0"]
+    assert main(args) == 0
+    assert load_vlm_manifest(out / "manifest.json").line_levels == expected  # a page model has none
+    assert load_vlm_manifest(out / "q8_0" / "manifest.json").line_levels == expected
+
+
 def test_convert_refuses_a_line_reader_trained_on_taller_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -93,6 +93,7 @@ class VlmGgufEngine:
         self._manifest = manifest
         stretch = manifest.line_stretch
         self._line_stretch = UNRECORDED_STRETCH if stretch is None else stretch
+        self._line_levels = manifest.line_levels
         family = config.family if config.family != "auto" else manifest.family
         self.profile: FamilyProfile = profile_for(family).with_overrides(
             config.image_max_tokens, config.max_tokens_per_page
@@ -409,7 +410,8 @@ class VlmGgufEngine:
         A line reader's crop is instead sized as its model was trained (line_image.prepare_line).
         """
         if self.profile.line_input:
-            return cv2.cvtColor(prepare_line(image, self._line_stretch), cv2.COLOR_BGR2RGB)
+            line = prepare_line(image, self._line_stretch, levels=self._line_levels)
+            return cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
         rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         limit = self._config.image_max_side
         long_side = max(rgb.shape[:2])

@@ -80,6 +80,8 @@ class VlmManifest:
     origin: str = ""  # where the files came from, as recorded when the manifest was written
     # A line reader's trained stretch (line_image.prepare_line), from its export; None: not recorded.
     line_stretch: float | None = None
+    # The ink and paper grey levels its lines were levelled to (prepare_line's levels); None: not levelled.
+    line_levels: tuple[int, int] | None = None
 
     def entry(self, role: str) -> VlmFileEntry | None:
         for item in self.files:
@@ -308,6 +310,9 @@ def load_vlm_manifest(path: Path) -> VlmManifest:
         isinstance(stretch, bool) or not isinstance(stretch, (int, float)) or stretch <= 0
     ):
         raise ModelError(f"VLM manifest {path}: 'line_stretch' must be a positive number")
+    levels = raw.get("line_levels")
+    if levels is not None and not _is_grey_pair(levels):
+        raise ModelError(f"VLM manifest {path}: 'line_levels' must be two grey levels [ink, paper] in 0-255")
     return VlmManifest(
         name=raw["name"],
         family=raw["family"],
@@ -315,6 +320,16 @@ def load_vlm_manifest(path: Path) -> VlmManifest:
         source=str(path),
         origin=origin if isinstance(origin, str) else "",
         line_stretch=None if stretch is None else float(stretch),
+        line_levels=None if levels is None else (levels[0], levels[1]),
+    )
+
+
+def _is_grey_pair(value: Any) -> bool:
+    """Whether value is [ink, paper]: two whole grey levels in 0-255 (JSON true is not one)."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value)
     )
 
 
@@ -421,6 +436,7 @@ def write_vlm_manifest(
     origin: str = "",
     verify: bool = False,
     line_stretch: float | None = None,
+    line_levels: tuple[int, int] | None = None,
 ) -> VlmManifest:
     """Write manifest.json for files (role -> path, all in path's folder), computed from the files.
 
@@ -459,6 +475,7 @@ def write_vlm_manifest(
         source=str(path),
         origin=origin,
         line_stretch=line_stretch,
+        line_levels=line_levels,
     )
     for role in ("model", "mmproj"):
         if manifest.entry(role) is None:
@@ -474,6 +491,8 @@ def write_vlm_manifest(
     }
     if line_stretch is not None:
         document["line_stretch"] = line_stretch
+    if line_levels is not None:
+        document["line_levels"] = list(line_levels)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

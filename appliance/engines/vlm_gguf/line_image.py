@@ -5,15 +5,17 @@ would otherwise resize a crop to its own token grid (and a 40 px high line to tw
 so the caller sizes the crop exactly: height 28, its aspect's width times a stretch (so that a
 glyph spans more of a token's pixels), white on the right to a multiple of 28 px and at least 224 px (8
 tokens); a line wider than 1,120 px (40 tokens) is squeezed horizontally, keeping the glyphs'
-height, which is what the model reads best. A model is read at the stretch it was trained at (its
-export's line_input.json, carried into its GGUF manifest); train/ renders its training lines
-through this same function.
+height, which is what the model reads best. A model trained on levelled lines (its ink and paper
+mapped to set grey levels) reads lines levelled the same way. A model is read at the stretch and
+levels it was trained at (its export's line_input.json, carried into its GGUF manifest); train/
+renders its training lines through this same function.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -34,17 +36,26 @@ LINE_STRETCH = 3.0
 UNRECORDED_STRETCH = 1.0
 # The file in a trained export that records its stretch; quantize.gguf copies it into the manifest.
 LINE_INPUT_FILE = "line_input.json"
+# The grey levels a line's ink and paper are taken at when it is levelled: its 1st and 99th
+# percentiles, so that a speck of dirt or a glare does not set them.
+LEVEL_PERCENTILES = (1.0, 99.0)
+# A line whose ink and paper differ by fewer grey levels holds no print to level (a blank crop).
+MIN_LEVEL_SPREAD = 8
 
 
-def write_trained_stretch(export_dir: Path, stretch: float, height: int = LINE_HEIGHT) -> None:
-    """Records in a trained export the stretch and height its lines were drawn at."""
-    record: dict[str, float | int] = {"stretch": stretch}
+def write_trained_stretch(
+    export_dir: Path, stretch: float, height: int = LINE_HEIGHT, levels: tuple[int, int] | None = None
+) -> None:
+    """Records in a trained export the stretch, height and levels its lines were drawn at."""
+    record: dict[str, float | int | list[int]] = {"stretch": stretch}
     if height != LINE_HEIGHT:  # exports at the usual height stay as they always were
         record["height"] = height
+    if levels is not None:
+        record["levels"] = list(levels)
     (export_dir / LINE_INPUT_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def _line_input(export_dir: Path) -> dict[str, float]:
+def _line_input(export_dir: Path) -> dict[str, Any]:
     """What an export records of its lines: {} for one from before the record."""
     path = export_dir / LINE_INPUT_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -60,6 +71,27 @@ def trained_height(export_dir: Path) -> int:
     return int(_line_input(export_dir).get("height", LINE_HEIGHT))
 
 
+def trained_levels(export_dir: Path) -> tuple[int, int] | None:
+    """The ink and paper grey levels an export's lines were levelled to; None if they were not."""
+    levels = _line_input(export_dir).get("levels")
+    return None if levels is None else (int(levels[0]), int(levels[1]))
+
+
+def level_line(line: np.ndarray, ink: int, paper: int) -> np.ndarray:
+    """The line with its ink's grey level mapped to `ink` and its paper's to `paper` (linearly, clipped).
+
+    Scanners and printers give each receipt its own levels (paper clipped to white or grey, ink
+    black or faded); levelled, every line reaches the model at one contrast. The channels are
+    mapped alike, so a BGR line stays BGR.
+    """
+    dark, light = np.percentile(line.mean(axis=2), LEVEL_PERCENTILES)
+    if light - dark < MIN_LEVEL_SPREAD:
+        return line
+    scale = (paper - ink) / (light - dark)
+    table = np.clip(np.rint((np.arange(256) - dark) * scale + ink), 0, 255).astype(np.uint8)
+    return cv2.LUT(line, table)
+
+
 def drawn_width(
     height: int,
     width: int,
@@ -72,15 +104,20 @@ def drawn_width(
 
 
 def prepare_line(
-    crop: np.ndarray, stretch: float = LINE_STRETCH, max_width: int = MAX_WIDTH, height: int = LINE_HEIGHT
+    crop: np.ndarray,
+    stretch: float = LINE_STRETCH,
+    max_width: int = MAX_WIDTH,
+    height: int = LINE_HEIGHT,
+    *,
+    levels: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
 
     The width is the crop's aspect times `stretch`, at most `max_width` (the contract's MAX_WIDTH;
     another cap only to probe how a model reads past it). `height`, a multiple of 28, draws the
     line over that many rows instead (56: two rows of tokens, each glyph twice the pixels
-    upright). The channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the
-    same in both).
+    upright). `levels` (ink, paper) levels the line (`level_line`) before it is padded. The
+    channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the same in both).
     """
     if height % LINE_HEIGHT:
         raise ValueError(f"a line's height must be a multiple of {LINE_HEIGHT} px, not {height}")
@@ -93,6 +130,8 @@ def prepare_line(
     shrinking = h > height or w > width
     interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
     resized = cv2.resize(crop, (width, height), interpolation=interpolation)
+    if levels is not None:
+        resized = level_line(resized, *levels)
     padded_width = max(MIN_WIDTH, -(-width // LINE_HEIGHT) * LINE_HEIGHT)
     out = np.full((height, padded_width, 3), 255, dtype=np.uint8)
     out[:, :width] = resized
