@@ -91,11 +91,12 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         pool: int = 8,
         stretch: float = LINE_STRETCH,
         height: int = LINE_HEIGHT,
+        levels: tuple[int, int] | None = None,
         shares: Shares = DEFAULT_SHARES,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
         self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
-        self.height, self.shares = height, shares
+        self.height, self.levels, self.shares = height, levels, shares
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -114,7 +115,8 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
                 # bug that skipped many lines would bend the data (the empty crop was one).
                 print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
-            yield Sample(label_of(text), prepare_line(image, self.stretch, height=self.height))
+            line = prepare_line(image, self.stretch, height=self.height, levels=self.levels)
+            yield Sample(label_of(text), line)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()

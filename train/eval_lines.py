@@ -1,7 +1,7 @@
 """Greedy-reads a folder of line crops with a trained export and prints its character error rates.
 
     python -m train.eval_lines --hf DIR --crops DIR [--out results.json] [--limit N] [--x-scale F] [--worst N]
-        [--against READS.json] [--tone GAIN OFFSET]
+        [--against READS.json] [--tone GAIN OFFSET] [--levels INK PAPER]
 
 `crops/labels.jsonl` holds `{"file": ..., "text": ...}` per crop. Every crop goes through
 `train.render.prepare_line`, the same contract as in training and in the appliance's caller.
@@ -27,6 +27,7 @@ from appliance.engines.vlm_gguf.line_image import (
     MAX_WIDTH,
     drawn_width,
     trained_height,
+    trained_levels,
     trained_stretch,
 )
 from bench.text_forms import normalize, normalize_spaced
@@ -441,6 +442,7 @@ def load_crops(
     max_width: int = MAX_WIDTH,
     split: bool = False,
     height: int = LINE_HEIGHT,
+    levels: tuple[int, int] | None = None,
 ) -> list[LoadedCrop]:
     """Each line of folder/labels.jsonl, prepared as `prepare_line` gives it to the model.
 
@@ -451,7 +453,8 @@ def load_crops(
     to 45). `stretch` is the model's own (line_image.trained_stretch). `max_width` other than the
     contract's draws long lines wider than the model was trained to read them (a probe). `split`
     cuts a line over the cap at gaps between words (`split_long_line`), to be read in
-    pieces. `height` is the model's own too (line_image.trained_height).
+    pieces. `height` and `levels` are the model's own too (line_image.trained_height and
+    trained_levels; levels on a model trained without them is a probe of how it reads levelled lines).
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -462,11 +465,13 @@ def load_crops(
             width = max(1, round(line.shape[1] * x_scale))
             line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
         rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
-        image = prepare_line(rgb, stretch, max_width, height)
+        image = prepare_line(rgb, stretch, max_width, height, levels=levels)
         parts = split_long_line(rgb, stretch, height) if split else [rgb]
         # A line that is not cut is read as the image already prepared, not prepared again.
         pieces = (
-            [image] if len(parts) == 1 else [prepare_line(part, stretch, max_width, height) for part in parts]
+            [image]
+            if len(parts) == 1
+            else [prepare_line(part, stretch, max_width, height, levels=levels) for part in parts]
         )
         width = drawn_width(line.shape[0], line.shape[1], stretch, max_width, height)
         out.append(LoadedCrop(name, text, image, width, pieces, line))
@@ -511,6 +516,14 @@ def main(argv: list[str] | None = None) -> int:
         help="map the crops' grey levels v to GAIN * v + OFFSET first",
     )
     parser.add_argument(
+        "--levels",
+        type=int,
+        nargs=2,
+        metavar=("INK", "PAPER"),
+        help="level each line's ink and paper to these grey levels (default: as the model was trained, "
+        "its export's line_input.json; none if it does not say)",
+    )
+    parser.add_argument(
         "--max-tokens",
         type=int,
         default=MAX_WIDTH // LINE_HEIGHT,
@@ -552,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         max_width=args.max_tokens * LINE_HEIGHT,
         split=args.split_long,
         height=trained_height(args.hf),
+        levels=trained_levels(args.hf) if args.levels is None else (args.levels[0], args.levels[1]),
     )
     started = time.perf_counter()
     pieces = [piece for crop in crops for piece in crop.pieces]

@@ -73,6 +73,7 @@ def probe_lines(
     stretch: float = LINE_STRETCH,
     *,
     height: int = LINE_HEIGHT,
+    levels: tuple[int, int] | None = None,
 ) -> list[tuple[str, str, np.ndarray]]:
     """(face file name, text, prepared image) for each text in each face whose cmap covers it."""
     lines = []
@@ -83,7 +84,9 @@ def probe_lines(
                     (
                         info.path.name,
                         text,
-                        prepare_line(draw_clean(text, info, size, margin), stretch, height=height),
+                        prepare_line(
+                            draw_clean(text, info, size, margin), stretch, height=height, levels=levels
+                        ),
                     )
                 )
     return lines
@@ -108,12 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    from appliance.engines.vlm_gguf.line_image import trained_height, trained_stretch
+    from appliance.engines.vlm_gguf.line_image import trained_height, trained_levels, trained_stretch
     from train.eval_lines import load_export, read_lines
 
     texts_in = args.text or TEXT_SETS[args.set]
     stretch, height = trained_stretch(args.hf), trained_height(args.hf)
-    lines = probe_lines(load_fonts(args.fonts), texts_in, args.size, args.margin, stretch, height=height)
+    levels = trained_levels(args.hf)
+    lines = probe_lines(
+        load_fonts(args.fonts), texts_in, args.size, args.margin, stretch, height=height, levels=levels
+    )
     model, tokenizer = load_export(args.hf, args.device)
     texts = read_lines(model, tokenizer, [image for _, _, image in lines])
     wrong = misreads([(face, text, read) for (face, text, _), read in zip(lines, texts, strict=True)])

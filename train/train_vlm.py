@@ -41,6 +41,7 @@ from appliance.engines.vlm_gguf.line_image import (  # noqa: E402
     LINE_HEIGHT,
     LINE_STRETCH,
     trained_height,
+    trained_levels,
     trained_stretch,
     write_trained_stretch,
 )
@@ -123,6 +124,11 @@ def _shares(args: argparse.Namespace) -> Shares:
     )
 
 
+def _levels(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The grey levels of ink and paper each line is levelled to, or None (`--line-levels`)."""
+    return None if args.line_levels is None else (args.line_levels[0], args.line_levels[1])
+
+
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
     lines = SyntheticLines(
         tokenizer,
@@ -132,6 +138,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         _HELD_OUT_SEED,
         stretch=args.line_stretch,
         height=args.line_height,
+        levels=_levels(args),
         shares=_shares(args),
     ).samples(0)
     return list(islice(lines, args.eval_lines))
@@ -160,7 +167,15 @@ def timed_evaluation(
     )
 
 
-def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float, height: int = LINE_HEIGHT) -> None:
+def export(
+    model: Any,
+    tokenizer_dir: Path,
+    out: Path,
+    stretch: float,
+    height: int = LINE_HEIGHT,
+    *,
+    levels: tuple[int, int] | None = None,
+) -> None:
     """HF export (fp32 weights: the model is small), tokenizer, preprocessor and line-input files."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -169,7 +184,7 @@ def export(model: Any, tokenizer_dir: Path, out: Path, stretch: float, height: i
         shutil.copy2(item, tmp / item.name)
     force_tokenizer_config(tmp)
     (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(height), indent=2) + "\n")
-    write_trained_stretch(tmp, stretch, height)
+    write_trained_stretch(tmp, stretch, height, levels)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
@@ -274,6 +289,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=LINE_HEIGHT,
         help="lines drawn this many pixels high, a multiple of 28 (prepare_line's height; kept in the "
         "export): 56 gives each glyph two rows of tokens",
+    )
+    parser.add_argument(
+        "--line-levels",
+        type=int,
+        nargs=2,
+        metavar=("INK", "PAPER"),
+        help="level each line's ink and paper to these grey levels (prepare_line's levels; kept in the "
+        "export, and the appliance reads its lines so): every line reaches the model at one contrast",
     )
     parser.add_argument(
         "--pen-share",
@@ -384,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         _log(
             args.out,
             f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch};"
-            f" height {trained_tall}, now {args.line_height}), schedule at step {step}",
+            f" height {trained_tall}, now {args.line_height}; levels {trained_levels(args.init_from)},"
+            f" now {_levels(args)}), schedule at step {step}",
         )
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
@@ -397,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seed * 100003 + step,
         stretch=args.line_stretch,
         height=args.line_height,
+        levels=_levels(args),
         shares=_shares(args),
     )
     loader = DataLoader(
@@ -475,12 +500,19 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
-            export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height)
+            export(
+                model,
+                tokenizer_dir,
+                args.out / "hf",
+                args.line_stretch,
+                args.line_height,
+                levels=_levels(args),
+            )
         if time.monotonic() > budget.stop():
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-    export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height)
+    export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height, levels=_levels(args))
     nospace, spaced, _ = evaluate(model, tokenizer, held_out, 128)
     _log(
         args.out,
