@@ -41,10 +41,11 @@ def _checkout(root: Path) -> Path:
 
 
 def _box(checkout: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """box.sh with `args`; a start without --init-from is meant here unless env says FROM_SCRATCH."""
     return subprocess.run(
         ["bash", "train/box.sh", *args],
         cwd=checkout,
-        env=env,
+        env={"FROM_SCRATCH": "1", **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -88,6 +89,18 @@ def test_start_refuses_until_every_carried_part_is_stashed(tmp_path: Path) -> No
     wheels.mkdir()
     assert _box(checkout, env, "stash").returncode == 0
     assert _box(checkout, env, "start").returncode == 0
+
+
+def test_start_refuses_a_run_from_random_weights_unless_told(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    env = {**os.environ, "BOX": str(tmp_path / "box"), "OUT": str(tmp_path), "FROM_SCRATCH": "0"}
+    assert _box(checkout, env, "stash").returncode == 0
+    refused = _box(checkout, env, "start", "--lr", "3e-5")
+    assert refused.returncode == 2 and "no --init-from" in refused.stderr
+    assert not (tmp_path / "box" / "run.log").exists()  # nothing started
+    named = _box(checkout, env, "start", "--init-from=/tmp/box/init/hf_bf16", "--lr", "3e-5")
+    assert named.returncode == 0, named.stderr
+    assert _box(checkout, {**env, "FROM_SCRATCH": "1"}, "start", "--lr", "1e-3").returncode == 0
 
 
 def test_init_starts_from_export_parts_stashed_over_several_calls(tmp_path: Path) -> None:

@@ -8,8 +8,10 @@
 #   bash train/box.sh finish                  # wait for the end, copy the export's parts and logs to $OUT
 #   bash train/box.sh fetch seed-S            # in a later call: a run's parts that finish could not bring
 #
-# start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh; train/weights' export is unpacked to
-# $BOX/init/hf_bf16 for `--init-from`, or with INIT=.train-carry/DIR the export whose parts
+# start passes MINUTES, WORKERS, EVAL and RUN_DIR on to run.sh, and refuses options without
+# `--init-from` unless FROM_SCRATCH=1: a run that forgets it trains from random weights for the
+# whole call (its loss near 8, where a run from an export starts near 0.1). train/weights' export
+# is unpacked to $BOX/init/hf_bf16 for `--init-from`, or with INIT=.train-carry/DIR the export whose parts
 # (hf_bf16.tgz.part-*, as finish brings them back) were stashed there: a soup of the last runs,
 # say. A call carries 64 MiB with the checkout (38 MB, train/weights' archive most of it), so a
 # part of 14 MiB goes in a stash call of its own, or beside the 13.6 MB wheels-transformers/ when
@@ -65,6 +67,17 @@ start)
         [ -e "$BOX/repo/.train-carry/$part" ] || missing="$missing $part"
     done
     [ -z "$missing" ] || { echo "not stashed yet:$missing (stash them in the call that carries them)" >&2; exit 2; }
+    if [ "${FROM_SCRATCH:-0}" != 1 ]; then
+        named=""
+        for option in "$@"; do
+            case $option in --init-from | --init-from=*) named=1 ;; esac
+        done
+        [ -n "$named" ] || {
+            echo "no --init-from: the run would train from random weights (FROM_SCRATCH=1 if meant;" \
+                "--init-from $BOX/init/hf_bf16 for the export unpacked here)" >&2
+            exit 2
+        }
+    fi
     tar --exclude=./.train-carry --exclude=./.git -cf - . | tar -xf - -C "$BOX/repo"
     rm -rf "$BOX/init" "$RUNOUT" && mkdir -p "$BOX/init" "$RUNOUT"
     if [ -n "${INIT:-}" ]; then
