@@ -177,10 +177,10 @@ def test_manifest_subcommand_refuses_a_wrong_set(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize(
-    ("family", "recorded", "expected"), [("qwen2vl_line", 1.5, 1.5), ("qwen2vl", 1.5, None)]
+    ("family", "expected"), [("qwen2vl_line", (1.5, (54, 255))), ("qwen2vl", (None, None))]
 )
-def test_convert_carries_a_line_readers_trained_stretch_into_its_manifest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, recorded: float, expected: float | None
+def test_convert_carries_a_line_readers_stretch_and_levels_into_every_manifest_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, expected: tuple[object, object]
 ) -> None:
     import quantize.gguf as gguf_module
     from appliance.engines.vlm_gguf.line_image import write_trained_stretch
@@ -193,33 +193,13 @@ def test_convert_carries_a_line_readers_trained_stretch_into_its_manifest(
     monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
     export = tmp_path / "export"
     export.mkdir()
-    write_trained_stretch(export, recorded)
-    out = tmp_path / "out"
-    assert main(["convert", "--hf", str(export), "--family", family, "--out", str(out)]) == 0
-    assert load_vlm_manifest(out / "manifest.json").line_stretch == expected  # a page model has none
-
-
-@pytest.mark.parametrize(("family", "expected"), [("qwen2vl_line", (54, 255)), ("qwen2vl", None)])
-def test_convert_carries_a_line_readers_levels_into_every_manifest_it_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, expected: tuple[int, int] | None
-) -> None:
-    import quantize.gguf as gguf_module
-    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
-
-    def converter(hf_dir: Path, outfile: Path, *, mmproj: bool = False, **_: object) -> Path:
-        shutil.copy(FIXTURES / "qwen2vl" / f"{'mmproj' if mmproj else 'model'}-f32.gguf", outfile)
-        return outfile
-
-    monkeypatch.setattr(gguf_module, "convert_hf_checkpoint", converter)
-    monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
-    export = tmp_path / "export"
-    export.mkdir()
-    write_trained_stretch(export, 3.0, levels=(54, 255))
+    write_trained_stretch(export, 1.5, levels=(54, 255))
     out = tmp_path / "out"
     args = ["convert", "--hf", str(export), "--family", family, "--out", str(out), "--quant", "Q8_0"]
     assert main(args) == 0
-    assert load_vlm_manifest(out / "manifest.json").line_levels == expected  # a page model has none
-    assert load_vlm_manifest(out / "q8_0" / "manifest.json").line_levels == expected
+    for manifest in (out / "manifest.json", out / "q8_0" / "manifest.json"):
+        written = load_vlm_manifest(manifest)
+        assert (written.line_stretch, written.line_levels) == expected  # a page model has neither
 
 
 def test_convert_refuses_a_line_reader_trained_on_taller_lines(

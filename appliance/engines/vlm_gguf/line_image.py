@@ -78,11 +78,11 @@ def trained_levels(export_dir: Path) -> tuple[int, int] | None:
 
 
 def level_line(line: np.ndarray, ink: int, paper: int) -> np.ndarray:
-    """The line with its ink's grey level mapped to `ink` and its paper's to `paper` (linearly, clipped).
+    """The line (3 channels, uint8) with its ink's grey level mapped to `ink`, its paper's to `paper`.
 
-    Scanners and printers give each receipt its own levels (paper clipped to white or grey, ink
-    black or faded); levelled, every line reaches the model at one contrast. The channels are
-    mapped alike, so a BGR line stays BGR.
+    The map is linear, clipped to 0-255. Scanners and printers give each receipt its own levels
+    (paper clipped to white or grey, ink black or faded); levelled, every line reaches the model
+    at one contrast. The channels are mapped alike, so a BGR line stays BGR.
     """
     dark, light = np.percentile(line.mean(axis=2), LEVEL_PERCENTILES)
     if light - dark < MIN_LEVEL_SPREAD:
