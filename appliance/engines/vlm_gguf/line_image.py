@@ -34,7 +34,8 @@ MAX_WIDTH = 28 * 40
 LINE_STRETCH = 3.0
 # Models from before the stretch was recorded were trained at this one.
 UNRECORDED_STRETCH = 1.0
-# The file in a trained export that records its stretch; quantize.gguf copies it into the manifest.
+# The file in a trained export that records its stretch, height and levels; quantize.gguf copies
+# the stretch and levels into the manifest.
 LINE_INPUT_FILE = "line_input.json"
 # The grey levels a line's ink and paper are taken at when it is levelled: its 1st and 99th
 # percentiles, so that a speck of dirt or a glare does not set them.
