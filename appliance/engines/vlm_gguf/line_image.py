@@ -20,6 +20,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from appliance.grey_levels import map_levels
+
 LINE_HEIGHT = 28
 MIN_WIDTH = 224
 MAX_WIDTH = 28 * 40
@@ -40,8 +42,6 @@ LINE_INPUT_FILE = "line_input.json"
 # The grey levels a line's ink and paper are taken at when it is levelled: its 1st and 99th
 # percentiles, so that a speck of dirt or a glare does not set them.
 LEVEL_PERCENTILES = (1.0, 99.0)
-# A line whose ink and paper differ by fewer grey levels holds no print to level (a blank crop).
-MIN_LEVEL_SPREAD = 8
 
 
 def write_trained_stretch(
@@ -83,14 +83,11 @@ def level_line(line: np.ndarray, ink: int, paper: int) -> np.ndarray:
 
     The map is linear, clipped to 0-255. Scanners and printers give each receipt its own levels
     (paper clipped to white or grey, ink black or faded); levelled, every line reaches the model
-    at one contrast. The channels are mapped alike, so a BGR line stays BGR.
+    at one contrast. The grey is the channels' mean, the same whichever order they are in; a line
+    with no print (grey_levels.MIN_SPREAD) is left as it is.
     """
     dark, light = np.percentile(line.mean(axis=2), LEVEL_PERCENTILES)
-    if light - dark < MIN_LEVEL_SPREAD:
-        return line
-    scale = (paper - ink) / (light - dark)
-    table = np.clip(np.rint((np.arange(256) - dark) * scale + ink), 0, 255).astype(np.uint8)
-    return cv2.LUT(line, table)
+    return map_levels(line, float(dark), float(light), (ink, paper))
 
 
 def drawn_width(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from appliance.grey_levels import map_levels
+
 
 def grey_of(image: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
@@ -25,10 +27,7 @@ def contrast_stretch(image: np.ndarray, low_pct: float, high_pct: float) -> tupl
     grey = grey_of(image)
     sample = grey[:: max(1, grey.shape[0] // 400), :: max(1, grey.shape[1] // 400)]
     low, high = (int(v) for v in np.percentile(sample, [low_pct, high_pct]))
-    if high - low < 8:  # a blank page: stretching would turn paper grain into noise
-        return image, low, high
-    table = np.clip((np.arange(256, dtype=np.float64) - low) * 255.0 / (high - low), 0, 255).astype(np.uint8)
-    return cv2.LUT(image, table), low, high
+    return map_levels(image, low, high), low, high  # a blank page comes back as it is
 
 
 def colourfulness(image: np.ndarray) -> float:
