@@ -25,6 +25,7 @@ from train.render import (
     prepare_line,
 )
 from train.step import batch_indices
+from train.swapped_tokens import swap_answer_tokens
 from train.text_source import TextSource, label_of
 
 
@@ -36,12 +37,20 @@ class Sample:
     image: np.ndarray  # prepared: (n*28) x (k*28) RGB, n rows of tokens (1 unless drawn taller)
 
 
-def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, torch.Tensor]:
+def collate_lines(
+    samples: Sequence[Sample],
+    prompt: PromptFormat,
+    *,
+    swap_share: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> dict[str, torch.Tensor]:
     """One training batch for `train.step.line_loss`: lines padded with white to one width, as uint8.
 
     Padding on the right with white is what `prepare_line` already does to reach a multiple of
     28 px, so a wider line is still a line the appliance could send. uint8 images are a sixteenth
-    of float patches to pass between processes; the patches are cut on the GPU.
+    of float patches to pass between processes; the patches are cut on the GPU. With `swap_share`
+    (and `rng`), that share of the answer tokens the model is given are swapped
+    (`train.swapped_tokens`); the labels stay true.
     """
     width = max(s.image.shape[1] for s in samples)
     height = samples[0].image.shape[0]
@@ -59,6 +68,8 @@ def collate_lines(samples: Sequence[Sample], prompt: PromptFormat) -> dict[str, 
     for row, (x, y) in enumerate(zip(ids, labels, strict=True)):
         input_ids[row, : len(x)] = x
         label_ids[row, : len(y)] = y
+    if swap_share > 0.0 and rng is not None:
+        input_ids = swap_answer_tokens(input_ids, label_ids, swap_share, rng)
     indices = batch_indices(images, input_ids, label_ids, prompt.image_id)
     return {
         "images": torch.from_numpy(images),
@@ -93,10 +104,12 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         height: int = LINE_HEIGHT,
         levels: tuple[int, int] | None = None,
         shares: Shares = DEFAULT_SHARES,
+        swap_share: float = 0.0,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
         self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
         self.height, self.levels, self.shares = height, levels, shares
+        self.swap_share = swap_share
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -124,6 +137,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         prompt = PromptFormat(self.tokenizer)
         stream = self.samples(worker)
         shuffle = random.Random(self.seed + 7919 * worker)
+        swaps = np.random.default_rng(self.seed + 7919 * worker)
         while True:
             pool = sorted(
                 (next(stream) for _ in range(self.batch * self.pool)), key=lambda s: s.image.shape[1]
@@ -131,4 +145,4 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
             batches = [pool[i : i + self.batch] for i in range(0, len(pool), self.batch)]
             shuffle.shuffle(batches)
             for batch in batches:
-                yield collate_lines(batch, prompt)
+                yield collate_lines(batch, prompt, swap_share=self.swap_share, rng=swaps)

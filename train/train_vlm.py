@@ -322,6 +322,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=BILEVEL_SHARE,
         help="share of lines scanned one bit a pixel, black or white (train.render's BILEVEL_SHARE)",
     )
+    parser.add_argument(
+        "--swap-tokens",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of the answer tokens given to the model swapped for others, the targets kept "
+        "(train.swapped_tokens): the line's pixels, not the token before, must decide",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-every", type=int, default=1000)
@@ -412,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
+    if args.swap_tokens > 0.0:
+        _log(args.out, f"answer tokens given swapped: {args.swap_tokens:.0%}")
     # A resumed run draws new lines: the data seed moves with the step it starts from.
     data = SyntheticLines(
         tokenizer,
@@ -423,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         height=args.line_height,
         levels=_levels(args),
         shares=_shares(args),
+        swap_share=args.swap_tokens,
     )
     loader = DataLoader(
         data,
