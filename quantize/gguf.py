@@ -32,12 +32,7 @@ from pathlib import Path
 from typing import get_args
 
 from appliance.engines.vlm_gguf.gguf_manifest import VlmManifest, read_gguf_info, write_vlm_manifest
-from appliance.engines.vlm_gguf.line_image import (
-    LINE_HEIGHT,
-    trained_height,
-    trained_levels,
-    trained_stretch,
-)
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, LineInput
 from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
 
@@ -153,8 +148,9 @@ def quantize_gguf(source: Path, target: Path, quant: str, n_threads: int = 0) ->
 
 
 def _convert(args: argparse.Namespace) -> int:
-    line_reader = profile_for(args.family).line_input
-    height = trained_height(args.hf) if line_reader else LINE_HEIGHT
+    # A line reader is read as it was trained (its stretch and levels): its export says how.
+    line_input = LineInput.of_export(args.hf) if profile_for(args.family).line_input else None
+    height = LINE_HEIGHT if line_input is None else line_input.height
     if height != LINE_HEIGHT:
         # The engine draws every line 28 px high (line_image.prepare_line); a reader trained on
         # taller lines would be read at the wrong height and give garbage, not an error.
@@ -188,9 +184,6 @@ def _convert(args: argparse.Namespace) -> int:
     if args.draft_hf is not None:
         draft = convert(args.draft_hf, "draft")
     name = args.name or args.hf.resolve().name
-    # A line reader is read at the stretch and levels it was trained at: its export says which.
-    stretch = trained_stretch(args.hf) if line_reader else None
-    levels = trained_levels(args.hf) if line_reader else None
     written = [
         _manifest_for(
             out,
@@ -199,8 +192,7 @@ def _convert(args: argparse.Namespace) -> int:
             model=model,
             mmproj=mmproj,
             draft=draft,
-            line_stretch=stretch,
-            line_levels=levels,
+            line_input=line_input,
         )
     ]
     for quant in args.quant or []:
@@ -218,8 +210,7 @@ def _convert(args: argparse.Namespace) -> int:
                 model=quant_model,
                 mmproj=quant_mmproj,
                 draft=quant_draft,
-                line_stretch=stretch,
-                line_levels=levels,
+                line_input=line_input,
             )
         )
     for manifest in written:
@@ -235,8 +226,7 @@ def _manifest_for(
     model: Path,
     mmproj: Path,
     draft: Path | None,
-    line_stretch: float | None,
-    line_levels: tuple[int, int] | None,
+    line_input: LineInput | None,
 ) -> VlmManifest:
     files = {"model": model, "mmproj": mmproj}
     if draft is not None:
@@ -248,8 +238,7 @@ def _manifest_for(
         files,
         origin="quantize.gguf convert",
         verify=True,
-        line_stretch=line_stretch,
-        line_levels=line_levels,
+        line_input=line_input,
     )
 
 

@@ -19,6 +19,7 @@ from appliance.config import CascadeConfig, VlmGgufConfig
 from appliance.engines.base import PageText
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.gguf_manifest import write_vlm_manifest
+from appliance.engines.vlm_gguf.line_image import LineInput
 from appliance.engines.vlm_gguf.output import make_line
 from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
@@ -331,7 +332,9 @@ def test_a_line_reader_gets_each_crop_at_its_trained_size(tmp_path: Path) -> Non
     stretched = tmp_path / "stretched"
     shutil.copytree(FIXTURES / "qwen2vl", stretched)
     files = {role: stretched / f"{role}-f32.gguf" for role in ("model", "mmproj")}
-    write_vlm_manifest(stretched / "manifest.json", "qwen2vl-line", "qwen2vl_line", files, line_stretch=1.5)
+    write_vlm_manifest(
+        stretched / "manifest.json", "qwen2vl-line", "qwen2vl_line", files, line_input=LineInput(stretch=1.5)
+    )
     line = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
     wide = _engine("qwen2vl", stretched, draft={"source": "none"}, image_max_side=0)
     page = _engine("qwen2vl", draft={"source": "none"}, image_max_side=0)
@@ -372,9 +375,8 @@ def test_a_line_reader_trained_on_levelled_lines_reads_its_crops_levelled(
     levelled = tmp_path / "levelled"
     shutil.copytree(FIXTURES / "qwen2vl", levelled)
     files = {role: levelled / f"{role}-f32.gguf" for role in ("model", "mmproj")}
-    write_vlm_manifest(
-        levelled / "manifest.json", "line", "qwen2vl_line", files, line_stretch=1.0, line_levels=(54, 255)
-    )
+    levels = LineInput(stretch=1.0, levels=(54, 255))
+    write_vlm_manifest(levelled / "manifest.json", "line", "qwen2vl_line", files, line_input=levels)
     plain = _engine("qwen2vl", as_family="qwen2vl_line", draft={"source": "none"}, image_max_side=0)
     level = _engine("qwen2vl", levelled, draft={"source": "none"}, image_max_side=0)
     try:

@@ -14,6 +14,7 @@ from appliance.engines.vlm_gguf.gguf_manifest import (
     verify_vlm_files,
     write_vlm_manifest,
 )
+from appliance.engines.vlm_gguf.line_image import LineInput
 from appliance.errors import ModelError
 from appliance.hashing import sha256_file
 
@@ -265,9 +266,9 @@ def test_paddleocr_vl_set_reads_as_its_architectures() -> None:
 def test_a_line_readers_stretch_is_written_read_back_and_checked(tmp_path: Path) -> None:
     folder = copy_set("qwen2vl", tmp_path)
     files = {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj")}
-    write_vlm_manifest(folder / "line.json", "line", "qwen2vl_line", files, line_stretch=1.5)
-    assert load_vlm_manifest(folder / "line.json").line_stretch == 1.5
-    assert load_vlm_manifest(FIXTURES / "qwen2vl" / "manifest.json").line_stretch is None
+    write_vlm_manifest(folder / "line.json", "line", "qwen2vl_line", files, line_input=LineInput(stretch=1.5))
+    assert load_vlm_manifest(folder / "line.json").line_input == LineInput(stretch=1.5)
+    assert load_vlm_manifest(FIXTURES / "qwen2vl" / "manifest.json").line_input is None
     for bad in (0, -1.5, "1.5", True):
         document = json.loads((folder / "line.json").read_text())
         document["line_stretch"] = bad
@@ -279,13 +280,18 @@ def test_a_line_readers_stretch_is_written_read_back_and_checked(tmp_path: Path)
 def test_a_line_readers_levels_are_written_read_back_and_checked(tmp_path: Path) -> None:
     folder = copy_set("qwen2vl", tmp_path)
     files = {role: folder / f"{role}-f32.gguf" for role in ("model", "mmproj")}
+    levelled = LineInput(stretch=3.0, levels=(54, 255))
+    write_vlm_manifest(folder / "line.json", "line", "qwen2vl_line", files, line_input=levelled)
+    assert load_vlm_manifest(folder / "line.json").line_input == levelled
     write_vlm_manifest(
-        folder / "line.json", "line", "qwen2vl_line", files, line_stretch=3.0, line_levels=(54, 255)
+        folder / "plain.json", "line", "qwen2vl_line", files, line_input=LineInput(stretch=3.0)
     )
-    assert load_vlm_manifest(folder / "line.json").line_levels == (54, 255)
-    write_vlm_manifest(folder / "plain.json", "line", "qwen2vl_line", files, line_stretch=3.0)
     assert "line_levels" not in (folder / "plain.json").read_text()
-    assert load_vlm_manifest(folder / "plain.json").line_levels is None
+    assert load_vlm_manifest(folder / "plain.json").line_input == LineInput(stretch=3.0)
+    tall = LineInput(stretch=1.5, height=56)  # the manifest records no height: such a reader is refused
+    with pytest.raises(ModelError, match="56 px"):
+        write_vlm_manifest(folder / "tall.json", "line", "qwen2vl_line", files, line_input=tall)
+    assert not (folder / "tall.json").exists()
     for bad in ([54], [54, 256], [-1, 255], [54.5, 255], [True, 255], "54 255"):
         document = json.loads((folder / "line.json").read_text())
         document["line_levels"] = bad

@@ -13,20 +13,19 @@ from appliance.engines.vlm_gguf.line_image import (
     MAX_WIDTH,
     MIN_WIDTH,
     UNRECORDED_STRETCH,
+    LineInput,
     drawn_width,
     level_line,
     prepare_line,
-    trained_height,
-    trained_levels,
-    trained_stretch,
-    write_trained_stretch,
 )
+
+PLAIN = LineInput(stretch=1.0)
 
 
 @pytest.mark.parametrize("channels", [None, 3, 4])
 def test_grey_colour_and_alpha_crops_come_back_three_channels(channels: int | None) -> None:
     shape = (20, 200) if channels is None else (20, 200, channels)
-    out = prepare_line(np.zeros(shape, np.uint8), stretch=1.0)
+    out = prepare_line(np.zeros(shape, np.uint8), PLAIN)
     assert out.shape == (LINE_HEIGHT, 280, 3)
 
 
@@ -39,8 +38,8 @@ def test_the_channel_order_is_kept() -> None:
 
 def test_a_prepared_line_is_prepared_again_unchanged() -> None:
     crop = np.random.default_rng(1).integers(0, 256, (33, 410, 3), dtype=np.uint8)
-    once = prepare_line(crop, stretch=1.0)
-    assert np.array_equal(prepare_line(once, stretch=1.0), once)
+    once = prepare_line(crop, PLAIN)
+    assert np.array_equal(prepare_line(once, PLAIN), once)
 
 
 def test_short_and_long_lines_stay_within_8_and_40_tokens() -> None:
@@ -50,53 +49,59 @@ def test_short_and_long_lines_stay_within_8_and_40_tokens() -> None:
 
 def test_a_stretch_widens_the_line_by_its_factor_within_40_tokens() -> None:
     crop = np.zeros((20, 300, 3), np.uint8)  # 420 px wide at height 28, ink to the right edge
-    plain = prepare_line(crop, stretch=1.0)
-    wide = prepare_line(crop, stretch=1.5)
+    plain = prepare_line(crop, PLAIN)
+    wide = prepare_line(crop, LineInput(stretch=1.5))
     assert (plain[:, :420] == 0).all() and (plain[:, 420:] == 255).all()
     assert (wide[:, :630] == 0).all() and (wide[:, 630:] == 255).all()
     assert wide.shape == (LINE_HEIGHT, 644, 3)  # 630 px padded to 23 tokens
-    assert prepare_line(np.zeros((28, 900, 3), np.uint8), stretch=1.5).shape[1] == MAX_WIDTH
+    assert prepare_line(np.zeros((28, 900, 3), np.uint8), LineInput(stretch=1.5)).shape[1] == MAX_WIDTH
 
 
 def test_a_wider_cap_draws_a_long_line_at_its_own_aspect() -> None:
     crop = np.zeros((20, 1000, 3), np.uint8)  # 1,400 px at height 28: over the 1,120 px cap
-    assert drawn_width(20, 1000, stretch=1.0) == MAX_WIDTH
-    assert drawn_width(20, 1000, stretch=1.0, max_width=28 * 80) == 1400
-    wide = prepare_line(crop, stretch=1.0, max_width=28 * 80)
+    assert drawn_width(20, 1000, PLAIN) == MAX_WIDTH
+    assert drawn_width(20, 1000, PLAIN, max_width=28 * 80) == 1400
+    wide = prepare_line(crop, PLAIN, max_width=28 * 80)
     assert wide.shape == (LINE_HEIGHT, 1400, 3)  # 50 tokens, not squeezed
     assert (wide == 0).all()
 
 
 def test_an_export_records_its_stretch_and_one_without_a_record_reads_at_1(tmp_path: Path) -> None:
-    assert trained_stretch(tmp_path) == UNRECORDED_STRETCH == 1.0  # exports from before the record
-    write_trained_stretch(tmp_path, 2.0)
-    assert trained_stretch(tmp_path) == 2.0
+    before = LineInput.of_export(tmp_path)  # exports from before the record
+    assert before == LineInput(stretch=UNRECORDED_STRETCH) and UNRECORDED_STRETCH == 1.0
+    LineInput(stretch=2.0).write(tmp_path)
+    assert LineInput.of_export(tmp_path).stretch == 2.0
 
 
 def test_a_taller_line_gives_each_glyph_twice_the_rows_at_the_same_width() -> None:
     crop = np.zeros((20, 300, 3), np.uint8)  # ink to the right edge
-    usual = prepare_line(crop, stretch=3.0)
-    tall = prepare_line(crop, stretch=1.5, height=56)
+    usual = prepare_line(crop, LineInput(stretch=3.0))
+    tall = prepare_line(crop, LineInput(stretch=1.5, height=56))
     assert usual.shape == (LINE_HEIGHT, 1120, 3) and tall.shape == (56, 1120, 3)
     small = np.zeros((20, 110, 3), np.uint8)  # 462 px at height 28 and stretch 3, and at 56 and 1.5
-    assert drawn_width(20, 110, 3.0) == drawn_width(20, 110, 1.5, line_height=56) == 462
-    tall_small = prepare_line(small, stretch=1.5, height=56)
+    assert drawn_width(20, 110, LineInput(stretch=3.0)) == 462
+    assert drawn_width(20, 110, LineInput(stretch=1.5, height=56)) == 462
+    tall_small = prepare_line(small, LineInput(stretch=1.5, height=56))
     assert tall_small.shape == (56, 476, 3)  # 462 px padded to 17 columns of 28 px
     assert (tall_small[:, :462] == 0).all() and (tall_small[:, 462:] == 255).all()
 
 
-def test_a_height_that_is_not_whole_rows_of_tokens_is_refused() -> None:
+def test_a_height_that_is_not_whole_rows_of_tokens_or_a_stretch_below_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="multiple of 28"):
-        prepare_line(np.zeros((20, 100, 3), np.uint8), height=42)
+        LineInput(height=42)
+    with pytest.raises(ValueError, match="multiple of 28"):
+        LineInput(height=0)
+    with pytest.raises(ValueError, match="positive"):
+        LineInput(stretch=-1.0)
 
 
 def test_an_export_records_a_height_only_when_it_is_not_the_usual_one(tmp_path: Path) -> None:
-    assert trained_height(tmp_path) == LINE_HEIGHT  # no record at all
-    write_trained_stretch(tmp_path, 3.0)
+    assert LineInput.of_export(tmp_path).height == LINE_HEIGHT  # no record at all
+    LineInput(stretch=3.0).write(tmp_path)
     assert "height" not in (tmp_path / LINE_INPUT_FILE).read_text()
-    assert trained_height(tmp_path) == LINE_HEIGHT
-    write_trained_stretch(tmp_path, 1.5, 56)
-    assert (trained_stretch(tmp_path), trained_height(tmp_path)) == (1.5, 56)
+    assert LineInput.of_export(tmp_path).height == LINE_HEIGHT
+    LineInput(stretch=1.5, height=56).write(tmp_path)
+    assert LineInput.of_export(tmp_path) == LineInput(stretch=1.5, height=56)
 
 
 def _faded_line() -> np.ndarray:
@@ -126,16 +131,16 @@ def test_levelling_leaves_a_blank_line_and_the_channel_order_alone() -> None:
 
 
 def test_a_levelled_line_keeps_its_white_padding_white() -> None:
-    out = prepare_line(_faded_line(), stretch=1.0, levels=(54, 255))
-    plain = prepare_line(_faded_line(), stretch=1.0)
+    out = prepare_line(_faded_line(), LineInput(stretch=1.0, levels=(54, 255)))
+    plain = prepare_line(_faded_line(), PLAIN)
     assert out.shape == plain.shape == (LINE_HEIGHT, 308, 3)
     assert (out[:, 300:] == 255).all()
     assert out[10, 150].tolist() == [54, 54, 54] and plain[10, 150].tolist() == [120, 120, 120]
 
 
 def test_an_export_records_its_levels_only_when_its_lines_were_levelled(tmp_path: Path) -> None:
-    write_trained_stretch(tmp_path, 3.0)
-    assert trained_levels(tmp_path) is None
+    LineInput(stretch=3.0).write(tmp_path)
+    assert LineInput.of_export(tmp_path).levels is None
     assert "levels" not in (tmp_path / LINE_INPUT_FILE).read_text()
-    write_trained_stretch(tmp_path, 3.0, levels=(54, 255))
-    assert trained_levels(tmp_path) == (54, 255) and trained_stretch(tmp_path) == 3.0
+    LineInput(stretch=3.0, levels=(54, 255)).write(tmp_path)
+    assert LineInput.of_export(tmp_path) == LineInput(stretch=3.0, levels=(54, 255))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, read_gguf_info, verify_vlm_files
+from appliance.engines.vlm_gguf.line_image import LineInput
 from appliance.errors import ModelError
 from quantize.gguf import main, quantize_gguf
 
@@ -177,13 +178,12 @@ def test_manifest_subcommand_refuses_a_wrong_set(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize(
-    ("family", "expected"), [("qwen2vl_line", (1.5, (54, 255))), ("qwen2vl", (None, None))]
+    ("family", "expected"), [("qwen2vl_line", LineInput(stretch=1.5, levels=(54, 255))), ("qwen2vl", None)]
 )
 def test_convert_carries_a_line_readers_stretch_and_levels_into_every_manifest_it_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, expected: tuple[object, object]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, family: str, expected: LineInput | None
 ) -> None:
     import quantize.gguf as gguf_module
-    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
 
     def converter(hf_dir: Path, outfile: Path, *, mmproj: bool = False, **_: object) -> Path:
         shutil.copy(FIXTURES / "qwen2vl" / f"{'mmproj' if mmproj else 'model'}-f32.gguf", outfile)
@@ -193,20 +193,19 @@ def test_convert_carries_a_line_readers_stretch_and_levels_into_every_manifest_i
     monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
     export = tmp_path / "export"
     export.mkdir()
-    write_trained_stretch(export, 1.5, levels=(54, 255))
+    LineInput(stretch=1.5, levels=(54, 255)).write(export)
     out = tmp_path / "out"
     args = ["convert", "--hf", str(export), "--family", family, "--out", str(out), "--quant", "Q8_0"]
     assert main(args) == 0
     for manifest in (out / "manifest.json", out / "q8_0" / "manifest.json"):
         written = load_vlm_manifest(manifest)
-        assert (written.line_stretch, written.line_levels) == expected  # a page model has neither
+        assert written.line_input == expected  # a page model has none
 
 
 def test_convert_refuses_a_line_reader_trained_on_taller_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import quantize.gguf as gguf_module
-    from appliance.engines.vlm_gguf.line_image import write_trained_stretch
 
     converted: list[Path] = []
     monkeypatch.setattr(
@@ -215,7 +214,7 @@ def test_convert_refuses_a_line_reader_trained_on_taller_lines(
     monkeypatch.setattr(gguf_module, "resolve_llama_src", lambda _given: tmp_path)
     export = tmp_path / "export"
     export.mkdir()
-    write_trained_stretch(export, 1.5, 56)
+    LineInput(stretch=1.5, height=56).write(export)
     out = tmp_path / "out"
     assert main(["convert", "--hf", str(export), "--family", "qwen2vl_line", "--out", str(out)]) == 6
     assert "trained on lines 56 px high" in capsys.readouterr().err

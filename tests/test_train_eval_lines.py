@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, drawn_width
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, MAX_WIDTH, LineInput, drawn_width
 from train.eval_lines import (
     by_truth_char,
     cap_band,
@@ -24,6 +24,9 @@ from train.eval_lines import (
 )
 from train.render import prepare_line
 from train.text_source import letter_case
+
+PLAIN = LineInput(stretch=1.0)
+AT_3 = LineInput(stretch=3.0)
 
 
 def test_edits_are_counted_as_cer_counts_them_and_split_by_lost_lines() -> None:
@@ -65,16 +68,15 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
     import cv2
     import numpy as np
 
-    from appliance.engines.vlm_gguf.line_image import trained_stretch, write_trained_stretch
     from train.eval_lines import load_crops
 
-    write_trained_stretch(tmp_path, 1.5)
+    LineInput(stretch=1.5).write(tmp_path)
     crops = tmp_path / "crops"
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 300, 3), np.uint8))
     (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    (plain,) = load_crops(crops, stretch=1.0)
-    (wide,) = load_crops(crops, stretch=trained_stretch(tmp_path))
+    (plain,) = load_crops(crops, line_input=LineInput(stretch=1.0))
+    (wide,) = load_crops(crops, line_input=LineInput.of_export(tmp_path))
     assert (plain.image[:, :420] == 0).all() and (plain.image[:, 420:] == 255).all()
     assert (wide.image[:, :630] == 0).all() and (wide.image[:, 630:] == 255).all()
     assert (plain.width, wide.width) == (420, 630)  # the line's own width, not the white padding's
@@ -83,15 +85,14 @@ def test_an_export_is_read_at_the_stretch_it_was_trained_at(tmp_path) -> None:
 def test_an_export_trained_on_taller_lines_is_read_on_lines_that_tall(tmp_path) -> None:
     import json
 
-    from appliance.engines.vlm_gguf.line_image import trained_height, write_trained_stretch
     from train.eval_lines import load_crops
 
-    write_trained_stretch(tmp_path, 1.5, 56)
+    LineInput(stretch=1.5, height=56).write(tmp_path)
     crops = tmp_path / "crops"
     crops.mkdir()
     cv2.imwrite(str(crops / "a.png"), np.zeros((20, 200, 3), np.uint8))
     (crops / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    (tall,) = load_crops(crops, stretch=1.5, height=trained_height(tmp_path))
+    (tall,) = load_crops(crops, line_input=LineInput.of_export(tmp_path))
     assert tall.image.shape == (56, 840, 3) and tall.width == 840  # as wide as 28 px at stretch 3.0
     assert (tall.image == 0).all()
 
@@ -106,8 +107,8 @@ def test_a_long_line_is_banded_by_the_contracts_cap_however_wide_it_is_drawn(tmp
     (tmp_path / "labels.jsonl").write_text(
         "".join(json.dumps({"file": name, "text": "A"}) + "\n" for name in ("long.png", "short.png"))
     )
-    squeezed, short = load_crops(tmp_path, stretch=1.0)
-    unsqueezed, _ = load_crops(tmp_path, stretch=1.0, max_width=28 * 80)
+    squeezed, short = load_crops(tmp_path, line_input=PLAIN)
+    unsqueezed, _ = load_crops(tmp_path, line_input=PLAIN, max_width=28 * 80)
     assert (squeezed.width, unsqueezed.width, short.width) == (1120, 1400, 420)
     assert unsqueezed.image.shape[1] == 1400
     assert cap_band(squeezed.width) == cap_band(unsqueezed.width) == "at or over the 40-token cap"
@@ -154,13 +155,13 @@ def test_a_tone_maps_the_crops_grey_levels_before_the_line_is_prepared(tmp_path)
     crop[8:20, 20:200] = 0  # black ink on white paper
     cv2.imwrite(str(tmp_path / "a.png"), crop)
     (tmp_path / "labels.jsonl").write_text(json.dumps({"file": "a.png", "text": "A"}) + "\n")
-    (plain,) = load_crops(tmp_path, stretch=1.0)
-    (toned,) = load_crops(tmp_path, stretch=1.0, tone=(0.72, 45.0))
+    (plain,) = load_crops(tmp_path, line_input=PLAIN)
+    (toned,) = load_crops(tmp_path, line_input=PLAIN, tone=(0.72, 45.0))
     assert (plain.image[2, 100, 0], plain.image[14, 100, 0]) == (255, 0)
     assert (toned.image[2, 100, 0], toned.image[14, 100, 0]) == (229, 45)  # 0.72 * 255 + 45, 0.72 * 0 + 45
     assert (toned.image[:, 224:] == 255).all()  # the padding stays white
     # Toned, then stretched: the stretch keeps the tone (it once stretched the untoned crop).
-    (both,) = load_crops(tmp_path, x_scale=1.5, stretch=1.0, tone=(0.72, 45.0))
+    (both,) = load_crops(tmp_path, x_scale=1.5, line_input=PLAIN, tone=(0.72, 45.0))
     assert (both.image[2, 150, 0], both.image[14, 150, 0]) == (229, 45)
 
 
@@ -196,8 +197,8 @@ def _crop(rows: int, paper: int = 255, ink: int = 0) -> np.ndarray:
 
 
 def _band_of(crop: np.ndarray) -> str:
-    width = drawn_width(crop.shape[0], crop.shape[1], 3.0)
-    return ink_fill_band(prepare_line(crop, 3.0), width)
+    width = drawn_width(crop.shape[0], crop.shape[1], AT_3)
+    return ink_fill_band(prepare_line(crop, AT_3), width)
 
 
 def test_the_ink_fill_band_tells_tight_and_neighboured_crops_from_loose_ones() -> None:
@@ -223,7 +224,7 @@ def _dark_band(
 ) -> str:
     crop = np.full((40, width, 3), paper, dtype=np.uint8)
     cv2.putText(crop, text, (4, 32), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (ink, ink, ink), stroke)
-    return dark_share_band(prepare_line(crop, 3.0), drawn_width(40, width, 3.0))
+    return dark_share_band(prepare_line(crop, AT_3), drawn_width(40, width, AT_3))
 
 
 def test_the_dark_share_band_tells_thin_print_from_bold() -> None:
@@ -278,13 +279,13 @@ def _fits(piece: np.ndarray) -> bool:
 
 def test_a_line_within_the_cap_is_read_whole() -> None:
     crop = _printed("TOTAL 12.50", 400)  # 840 px at the stretch of 3.0
-    (whole,) = split_long_line(crop, 3.0)
+    (whole,) = split_long_line(crop, AT_3)
     assert whole is crop
 
 
 def test_a_line_over_the_cap_is_cut_at_a_gap_between_words_into_pieces_that_fit() -> None:
     crop = _printed("RECEIVED ABOVE GOODS IN GOOD ORDER", 640)  # 1,344 px at 3.0: over the 1,120 cap
-    pieces = split_long_line(crop, 3.0)
+    pieces = split_long_line(crop, AT_3)
     assert len(pieces) == 2 and all(_fits(piece) for piece in pieces)
     assert sum(piece.shape[1] for piece in pieces) == crop.shape[1]
     cut = pieces[0].shape[1]
@@ -293,17 +294,17 @@ def test_a_line_over_the_cap_is_cut_at_a_gap_between_words_into_pieces_that_fit(
     assert not ink[:, cut - 5 : cut + 5].any()
     assert np.array_equal(np.hstack(pieces), crop)
     # Drawn two rows of tokens high at half the stretch, the line is as wide: cut the same way.
-    tall = split_long_line(crop, 1.5, 2 * LINE_HEIGHT)
+    tall = split_long_line(crop, LineInput(stretch=1.5, height=2 * LINE_HEIGHT))
     assert [piece.shape for piece in tall] == [piece.shape for piece in pieces]
 
 
 def test_a_very_long_line_is_cut_as_often_as_it_takes_and_one_without_gaps_is_not() -> None:
     crop = _printed("NO 18 20 22 JALAN BUNGA TANJONG 2/16 TAMAN MALURI CHERAS KL", 1100)
-    pieces = split_long_line(crop, 3.0)
+    pieces = split_long_line(crop, AT_3)
     assert len(pieces) >= 3 and all(_fits(piece) for piece in pieces)
     solid = np.full((40, 640, 3), 255, np.uint8)
     solid[8:32, 10:630] = 0  # a bar of ink: no gap to cut at
-    (whole,) = split_long_line(solid, 3.0)
+    (whole,) = split_long_line(solid, AT_3)
     assert whole is solid
 
 

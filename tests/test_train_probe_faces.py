@@ -9,7 +9,7 @@ import pytest
 
 from tests.rendering import MONO_FONT, link_fonts
 from train.probe_faces import TEXT_SETS, draw_clean, misreads, probe_lines
-from train.render import LINE_HEIGHT, load_fonts
+from train.render import LINE_HEIGHT, LineInput, load_fonts
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,8 @@ def test_each_string_in_each_face_that_covers_it(fonts: Path) -> None:
 
 
 def test_strings_are_drawn_as_tall_as_the_model_reads_them(fonts: Path) -> None:
-    usual = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, 3.0)
-    tall = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, 1.5, height=2 * LINE_HEIGHT)
+    usual = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, LineInput(stretch=3.0))
+    tall = probe_lines(load_fonts(fonts), ["0.00"], 30, 0.2, LineInput(stretch=1.5, height=2 * LINE_HEIGHT))
     assert [image.shape for _, _, image in tall] == [
         (2 * LINE_HEIGHT, image.shape[1], 3) for _, _, image in usual
     ]  # twice the rows, as wide: half the stretch

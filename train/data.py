@@ -16,9 +16,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from train.model import IGNORE, MERGE, PATCH, PromptFormat
 from train.render import (
+    DEFAULT_LINE_INPUT,
     DEFAULT_SHARES,
-    LINE_HEIGHT,
-    LINE_STRETCH,
+    LineInput,
     LineRenderer,
     Shares,
     load_fonts,
@@ -100,16 +100,13 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
         seed: int,
         *,
         pool: int = 8,
-        stretch: float = LINE_STRETCH,
-        height: int = LINE_HEIGHT,
-        levels: tuple[int, int] | None = None,
+        line_input: LineInput = DEFAULT_LINE_INPUT,
         shares: Shares = DEFAULT_SHARES,
         swap_share: float = 0.0,
     ) -> None:
         self.tokenizer, self.fonts, self.words = tokenizer, fonts, words
-        self.batch, self.seed, self.pool, self.stretch = batch, seed, pool, stretch
-        self.height, self.levels, self.shares = height, levels, shares
-        self.swap_share = swap_share
+        self.batch, self.seed, self.pool = batch, seed, pool
+        self.line_input, self.shares, self.swap_share = line_input, shares, swap_share
 
     def samples(self, worker: int) -> Iterator[Sample]:
         """Endless rendered samples for worker number `worker` (also used for held-out lines)."""
@@ -128,7 +125,7 @@ class SyntheticLines(IterableDataset[dict[str, torch.Tensor]]):  # type: ignore[
                 # bug that skipped many lines would bend the data (the empty crop was one).
                 print(f"render skipped {text!r}: {error}", file=sys.stderr, flush=True)
                 continue
-            line = prepare_line(image, self.stretch, height=self.height, levels=self.levels)
+            line = prepare_line(image, self.line_input)
             yield Sample(label_of(text), line)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,17 +24,16 @@ import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 from appliance.engines.vlm_gguf.line_image import (
+    DEFAULT_LINE_INPUT,
     LINE_HEIGHT,
     MAX_WIDTH,
+    LineInput,
     drawn_width,
-    trained_height,
-    trained_levels,
-    trained_stretch,
 )
 from bench.text_forms import normalize, normalize_spaced
 from train.line_shapes import grey_edge_share, prepared_looks
 from train.make_crops import read_crops
-from train.render import LINE_STRETCH, prepare_line
+from train.render import prepare_line
 from train.text_source import letter_case
 
 MAX_NEW_TOKENS = 160  # a full-width line (1,120 px) holds up to about 110 characters
@@ -390,9 +390,7 @@ def _blank_runs(ink_columns: np.ndarray, min_width: int) -> list[tuple[int, int]
     return [(int(inked[i]) + 1, int(inked[i + 1])) for i in wide]
 
 
-def split_long_line(
-    crop: np.ndarray, stretch: float = LINE_STRETCH, line_height: int = LINE_HEIGHT
-) -> list[np.ndarray]:
+def split_long_line(crop: np.ndarray, line_input: LineInput = DEFAULT_LINE_INPUT) -> list[np.ndarray]:
     """The crop cut at gaps between words into pieces that each fit the width cap, or the crop itself.
 
     `prepare_line` squeezes a line wider than MAX_WIDTH at its stretch; read in pieces, each keeps
@@ -401,7 +399,7 @@ def split_long_line(
     Pieces are left to right, at the crop's full height; the crop is grey or 3-channel uint8.
     """
     h, w = crop.shape[:2]
-    if w * stretch * line_height / max(h, 1) <= MAX_WIDTH:
+    if w * line_input.stretch * line_input.height / max(h, 1) <= MAX_WIDTH:
         return [crop]
     # The mean of the channels: the same grey for an RGB crop and a BGR one.
     grey = _drawn_grey(crop, w).astype(np.uint8)
@@ -416,9 +414,7 @@ def split_long_line(
         return [crop]
     _, _, left, right = max(gaps)
     cut = (left + right) // 2
-    return split_long_line(crop[:, :cut], stretch, line_height) + split_long_line(
-        crop[:, cut:], stretch, line_height
-    )
+    return split_long_line(crop[:, :cut], line_input) + split_long_line(crop[:, cut:], line_input)
 
 
 class LoadedCrop(NamedTuple):
@@ -436,13 +432,11 @@ def load_crops(
     folder: Path,
     limit: int | None = None,
     x_scale: float = 1.0,
-    stretch: float = LINE_STRETCH,
+    line_input: LineInput = DEFAULT_LINE_INPUT,
     tone: tuple[float, float] = (1.0, 0.0),
     *,
     max_width: int = MAX_WIDTH,
     split: bool = False,
-    height: int = LINE_HEIGHT,
-    levels: tuple[int, int] | None = None,
 ) -> list[LoadedCrop]:
     """Each line of folder/labels.jsonl, prepared as `prepare_line` gives it to the model.
 
@@ -450,11 +444,10 @@ def load_crops(
     how much the reading depends on the glyphs' width, which differs from font to font. `tone`
     (gain, offset) maps each grey level v to gain * v + offset first: how much the reading
     depends on the paper's and the ink's levels (0.72, 45 greys white paper to 229 and black ink
-    to 45). `stretch` is the model's own (line_image.trained_stretch). `max_width` other than the
+    to 45). `line_input` is the model's own (`LineInput.of_export`; levels on a model trained
+    without them are a probe of how it reads levelled lines). `max_width` other than the
     contract's draws long lines wider than the model was trained to read them (a probe). `split`
-    cuts a line over the cap at gaps between words (`split_long_line`), to be read in
-    pieces. `height` and `levels` are the model's own too (line_image.trained_height and
-    trained_levels; levels on a model trained without them is a probe of how it reads levelled lines).
+    cuts a line over the cap at gaps between words (`split_long_line`), to be read in pieces.
     """
     out = []
     for name, crop, text in read_crops(folder, limit):
@@ -465,15 +458,11 @@ def load_crops(
             width = max(1, round(line.shape[1] * x_scale))
             line = cv2.resize(line, (width, line.shape[0]), interpolation=cv2.INTER_CUBIC)
         rgb = cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
-        image = prepare_line(rgb, stretch, max_width, height, levels=levels)
-        parts = split_long_line(rgb, stretch, height) if split else [rgb]
+        image = prepare_line(rgb, line_input, max_width)
+        parts = split_long_line(rgb, line_input) if split else [rgb]
         # A line that is not cut is read as the image already prepared, not prepared again.
-        pieces = (
-            [image]
-            if len(parts) == 1
-            else [prepare_line(part, stretch, max_width, height, levels=levels) for part in parts]
-        )
-        width = drawn_width(line.shape[0], line.shape[1], stretch, max_width, height)
+        pieces = [image] if len(parts) == 1 else [prepare_line(part, line_input, max_width) for part in parts]
+        width = drawn_width(line.shape[0], line.shape[1], line_input, max_width)
         out.append(LoadedCrop(name, text, image, width, pieces, line))
     return out
 
@@ -556,16 +545,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_export(args.hf, args.device)
+    line_input = LineInput.of_export(args.hf)
+    if args.levels is not None:
+        line_input = replace(line_input, levels=(args.levels[0], args.levels[1]))
     crops = load_crops(
         args.crops,
         args.limit,
         args.x_scale,
-        trained_stretch(args.hf),
+        line_input,
         tuple(args.tone),
         max_width=args.max_tokens * LINE_HEIGHT,
         split=args.split_long,
-        height=trained_height(args.hf),
-        levels=trained_levels(args.hf) if args.levels is None else (args.levels[0], args.levels[1]),
     )
     started = time.perf_counter()
     pieces = [piece for crop in crops for piece in crop.pieces]

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from bench.text_forms import normalize
-from train.render import LINE_HEIGHT, LINE_STRETCH, FontInfo, _font, load_fonts, prepare_line
+from train.render import DEFAULT_LINE_INPUT, FontInfo, LineInput, _font, load_fonts, prepare_line
 
 # Receipt strings whose zeros, colons and dots a reader must tell from letters.
 ZERO_TEXTS = (
@@ -70,10 +70,7 @@ def probe_lines(
     texts: Sequence[str],
     size: int,
     margin: float,
-    stretch: float = LINE_STRETCH,
-    *,
-    height: int = LINE_HEIGHT,
-    levels: tuple[int, int] | None = None,
+    line_input: LineInput = DEFAULT_LINE_INPUT,
 ) -> list[tuple[str, str, np.ndarray]]:
     """(face file name, text, prepared image) for each text in each face whose cmap covers it."""
     lines = []
@@ -84,9 +81,7 @@ def probe_lines(
                     (
                         info.path.name,
                         text,
-                        prepare_line(
-                            draw_clean(text, info, size, margin), stretch, height=height, levels=levels
-                        ),
+                        prepare_line(draw_clean(text, info, size, margin), line_input),
                     )
                 )
     return lines
@@ -111,14 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    from appliance.engines.vlm_gguf.line_image import trained_height, trained_levels, trained_stretch
     from train.eval_lines import load_export, read_lines
 
     texts_in = args.text or TEXT_SETS[args.set]
-    stretch, height = trained_stretch(args.hf), trained_height(args.hf)
-    levels = trained_levels(args.hf)
     lines = probe_lines(
-        load_fonts(args.fonts), texts_in, args.size, args.margin, stretch, height=height, levels=levels
+        load_fonts(args.fonts), texts_in, args.size, args.margin, LineInput.of_export(args.hf)
     )
     model, tokenizer = load_export(args.hf, args.device)
     texts = read_lines(model, tokenizer, [image for _, _, image in lines])

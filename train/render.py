@@ -20,19 +20,23 @@ from PIL import Image, ImageDraw, ImageFont
 # through the same function. Re-exported for train/'s callers.
 from appliance.engines.line_crop import RECOGNISER_LINE_MARGIN, cut_box
 from appliance.engines.vlm_gguf.line_image import (
+    DEFAULT_LINE_INPUT,
     LINE_HEIGHT,
     LINE_STRETCH,
     MAX_WIDTH,
     MIN_WIDTH,
+    LineInput,
     prepare_line,
 )
 from train.text_source import common_chinese, letter_case
 
 __all__ = [
+    "DEFAULT_LINE_INPUT",
     "LINE_HEIGHT",
     "LINE_STRETCH",
     "MAX_WIDTH",
     "MIN_WIDTH",
+    "LineInput",
     "LineRenderer",
     "load_fonts",
     "prepare_line",

@@ -171,7 +171,7 @@ def main() -> None:
 
     from train.data import SyntheticLines, collate_lines
     from train.model import TINY, ModelSize, PromptFormat, build_model, preprocessor_config
-    from train.render import LINE_HEIGHT, LINE_STRETCH
+    from train.render import LINE_HEIGHT, LINE_STRETCH, LineInput
     from train.text_source import common_chinese
     from train.tokenizer import build_tokenizer
     from train.vision_attention import group_vision_attention
@@ -184,7 +184,8 @@ def main() -> None:
     prompt = PromptFormat(tokenizer)
     # As wide as the usual line at its usual stretch, however tall.
     stretch = LINE_STRETCH * LINE_HEIGHT / height
-    lines = SyntheticLines(tokenizer, fonts, None, 1, 5, stretch=stretch, height=height).samples(0)
+    line_input = LineInput(stretch=stretch, height=height)
+    lines = SyntheticLines(tokenizer, fonts, None, 1, 5, line_input=line_input).samples(0)
     batch = collate_lines(list(islice(lines, 12)), prompt)
     config = {k: v for k, v in preprocessor_config(height).items() if k != "image_processor_type"}
     processor = Qwen2VLImageProcessor(**config)

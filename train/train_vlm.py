@@ -37,14 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from appliance.engines.vlm_gguf.line_image import (  # noqa: E402
-    LINE_HEIGHT,
-    LINE_STRETCH,
-    trained_height,
-    trained_levels,
-    trained_stretch,
-    write_trained_stretch,
-)
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, LINE_STRETCH, LineInput  # noqa: E402
 from train.data import SyntheticLines, worker_init  # noqa: E402
 from train.eval_lines import cer, read_lines  # noqa: E402
 from train.grow import grown_state  # noqa: E402
@@ -124,9 +117,10 @@ def _shares(args: argparse.Namespace) -> Shares:
     )
 
 
-def _levels(args: argparse.Namespace) -> tuple[int, int] | None:
-    """The grey levels of ink and paper each line is levelled to, or None (`--line-levels`)."""
-    return None if args.line_levels is None else (args.line_levels[0], args.line_levels[1])
+def _line_input(args: argparse.Namespace) -> LineInput:
+    """How the run draws its lines: `--line-stretch`, `--line-height` and `--line-levels`."""
+    levels = None if args.line_levels is None else (args.line_levels[0], args.line_levels[1])
+    return LineInput(stretch=args.line_stretch, height=args.line_height, levels=levels)
 
 
 def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
@@ -136,9 +130,7 @@ def _held_out(args: argparse.Namespace, tokenizer: Any) -> list[Any]:
         args.words,
         1,
         _HELD_OUT_SEED,
-        stretch=args.line_stretch,
-        height=args.line_height,
-        levels=_levels(args),
+        line_input=_line_input(args),
         shares=_shares(args),
     ).samples(0)
     return list(islice(lines, args.eval_lines))
@@ -167,15 +159,7 @@ def timed_evaluation(
     )
 
 
-def export(
-    model: Any,
-    tokenizer_dir: Path,
-    out: Path,
-    stretch: float,
-    height: int = LINE_HEIGHT,
-    *,
-    levels: tuple[int, int] | None = None,
-) -> None:
+def export(model: Any, tokenizer_dir: Path, out: Path, line_input: LineInput) -> None:
     """HF export (fp32 weights: the model is small), tokenizer, preprocessor and line-input files."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -183,8 +167,9 @@ def export(
     for item in tokenizer_dir.iterdir():
         shutil.copy2(item, tmp / item.name)
     force_tokenizer_config(tmp)
-    (tmp / "preprocessor_config.json").write_text(json.dumps(preprocessor_config(height), indent=2) + "\n")
-    write_trained_stretch(tmp, stretch, height, levels)
+    config = preprocessor_config(line_input.height)
+    (tmp / "preprocessor_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    line_input.write(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 
@@ -411,12 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(step):
                 scheduler.step()
-        trained_at, trained_tall = trained_stretch(args.init_from), trained_height(args.init_from)
         _log(
             args.out,
-            f"weights from {args.init_from} (trained at stretch {trained_at}, now {args.line_stretch};"
-            f" height {trained_tall}, now {args.line_height}; levels {trained_levels(args.init_from)},"
-            f" now {_levels(args)}), schedule at step {step}",
+            f"weights from {args.init_from} (trained on {LineInput.of_export(args.init_from)}, now"
+            f" {_line_input(args)}), schedule at step {step}",
         )
     params = sum(p.numel() for p in model.parameters())
     _log(args.out, f"device {device}, {params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
@@ -429,9 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         args.words,
         args.batch,
         args.seed * 100003 + step,
-        stretch=args.line_stretch,
-        height=args.line_height,
-        levels=_levels(args),
+        line_input=_line_input(args),
         shares=_shares(args),
         swap_share=args.swap_tokens,
     )
@@ -511,19 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.save_every == 0:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
-            export(
-                model,
-                tokenizer_dir,
-                args.out / "hf",
-                args.line_stretch,
-                args.line_height,
-                levels=_levels(args),
-            )
+            export(model, tokenizer_dir, args.out / "hf", _line_input(args))
         if time.monotonic() > budget.stop():
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
-    export(model, tokenizer_dir, args.out / "hf", args.line_stretch, args.line_height, levels=_levels(args))
+    export(model, tokenizer_dir, args.out / "hf", _line_input(args))
     nospace, spaced, _ = evaluate(model, tokenizer, held_out, 128)
     _log(
         args.out,

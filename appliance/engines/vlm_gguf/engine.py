@@ -26,7 +26,7 @@ from appliance.engines.vlm_gguf.decoding import (
 from appliance.engines.vlm_gguf.draft_length import BatchCosts, DepthAcceptance
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
 from appliance.engines.vlm_gguf.gguf_manifest import load_vlm_manifest, verify_vlm_files
-from appliance.engines.vlm_gguf.line_image import UNRECORDED_STRETCH, prepare_line
+from appliance.engines.vlm_gguf.line_image import UNRECORDED_STRETCH, LineInput, prepare_line
 from appliance.engines.vlm_gguf.loop_guard import LoopGuard
 from appliance.engines.vlm_gguf.memory import MemoryPlan, plan_memory
 from appliance.engines.vlm_gguf.output import ENGINE_NAME, TextLine, make_line, parse_answer, spell_out
@@ -91,9 +91,8 @@ class VlmGgufEngine:
         manifest = load_vlm_manifest(model_dir / config.manifest)
         self._infos = verify_vlm_files(manifest, model_dir, check_hashes=config.verify_hashes)
         self._manifest = manifest
-        stretch = manifest.line_stretch
-        self._line_stretch = UNRECORDED_STRETCH if stretch is None else stretch
-        self._line_levels = manifest.line_levels
+        # A line reader whose manifest does not say was trained before the stretch was recorded.
+        self._line_input = manifest.line_input or LineInput(stretch=UNRECORDED_STRETCH)
         family = config.family if config.family != "auto" else manifest.family
         self.profile: FamilyProfile = profile_for(family).with_overrides(
             config.image_max_tokens, config.max_tokens_per_page
@@ -410,7 +409,7 @@ class VlmGgufEngine:
         A line reader's crop is instead sized as its model was trained (line_image.prepare_line).
         """
         if self.profile.line_input:
-            line = prepare_line(image, self._line_stretch, levels=self._line_levels)
+            line = prepare_line(image, self._line_input)
             return cv2.cvtColor(line, cv2.COLOR_BGR2RGB)
         rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
         limit = self._config.image_max_side

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from appliance.engines.vlm_gguf.line_image import LINE_HEIGHT, UNRECORDED_STRETCH, LineInput
 from appliance.errors import ModelError
 from appliance.hashing import sha256_file
 
@@ -78,10 +79,9 @@ class VlmManifest:
     files: tuple[VlmFileEntry, ...]
     source: str  # the manifest file this was read from (or written to), for messages
     origin: str = ""  # where the files came from, as recorded when the manifest was written
-    # A line reader's trained stretch (line_image.prepare_line), from its export; None: not recorded.
-    line_stretch: float | None = None
-    # The ink and paper grey levels its lines were levelled to (prepare_line's levels); None: not levelled.
-    line_levels: tuple[int, int] | None = None
+    # How a line reader's lines are drawn (its export's stretch and levels, as it was trained);
+    # None: not recorded (a page model, or a line reader from before the record).
+    line_input: LineInput | None = None
 
     def entry(self, role: str) -> VlmFileEntry | None:
         for item in self.files:
@@ -319,8 +319,17 @@ def load_vlm_manifest(path: Path) -> VlmManifest:
         files=tuple(entries),
         source=str(path),
         origin=origin if isinstance(origin, str) else "",
-        line_stretch=None if stretch is None else float(stretch),
-        line_levels=None if levels is None else (levels[0], levels[1]),
+        line_input=_line_input(stretch, levels),
+    )
+
+
+def _line_input(stretch: float | None, levels: list[int] | None) -> LineInput | None:
+    """The recorded line input; a line reader that records levels but no stretch is at UNRECORDED_STRETCH."""
+    if stretch is None and levels is None:
+        return None
+    return LineInput(
+        stretch=UNRECORDED_STRETCH if stretch is None else float(stretch),
+        levels=None if levels is None else (levels[0], levels[1]),
     )
 
 
@@ -435,8 +444,7 @@ def write_vlm_manifest(
     *,
     origin: str = "",
     verify: bool = False,
-    line_stretch: float | None = None,
-    line_levels: tuple[int, int] | None = None,
+    line_input: LineInput | None = None,
 ) -> VlmManifest:
     """Write manifest.json for files (role -> path, all in path's folder), computed from the files.
 
@@ -448,6 +456,10 @@ def write_vlm_manifest(
     unknown = sorted(set(files) - set(ROLES))
     if unknown:
         raise ModelError(f"unknown role(s) {', '.join(unknown)}; roles are {', '.join(ROLES)}")
+    if line_input is not None and line_input.height != LINE_HEIGHT:
+        # The manifest records no height: the engine draws every line 28 px high, and a reader
+        # trained on taller lines would read garbage there, not fail.
+        raise ModelError(f"a reader of lines {line_input.height} px high; the engine draws {LINE_HEIGHT}")
     folder = path.parent.resolve()
     entries = []
     for role in ROLES:
@@ -474,8 +486,7 @@ def write_vlm_manifest(
         files=tuple(entries),
         source=str(path),
         origin=origin,
-        line_stretch=line_stretch,
-        line_levels=line_levels,
+        line_input=line_input,
     )
     for role in ("model", "mmproj"):
         if manifest.entry(role) is None:
@@ -489,10 +500,10 @@ def write_vlm_manifest(
         "origin": origin,
         "files": [{key: getattr(entry, key) for key in _ENTRY_KEYS} for entry in entries],
     }
-    if line_stretch is not None:
-        document["line_stretch"] = line_stretch
-    if line_levels is not None:
-        document["line_levels"] = list(line_levels)
+    if line_input is not None:
+        document["line_stretch"] = line_input.stretch
+        if line_input.levels is not None:
+            document["line_levels"] = list(line_input.levels)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

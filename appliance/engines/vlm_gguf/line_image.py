@@ -14,6 +14,7 @@ renders its training lines through this same function.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,38 +45,50 @@ LINE_INPUT_FILE = "line_input.json"
 LEVEL_PERCENTILES = (1.0, 99.0)
 
 
-def write_trained_stretch(
-    export_dir: Path, stretch: float, height: int = LINE_HEIGHT, levels: tuple[int, int] | None = None
-) -> None:
-    """Records in a trained export the stretch, height and levels its lines were drawn at."""
-    record: dict[str, float | int | list[int]] = {"stretch": stretch}
-    if height != LINE_HEIGHT:  # exports at the usual height stay as they always were
-        record["height"] = height
-    if levels is not None:
-        record["levels"] = list(levels)
-    (export_dir / LINE_INPUT_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+@dataclass(frozen=True)
+class LineInput:
+    """How a line reader's lines are drawn: the stretch, height and grey levels it was trained at.
+
+    One record for the trainer, the evaluation, the GGUF manifest and the engine, so that no reader
+    draws its lines otherwise than its model learnt them. `height` is a multiple of 28 (56 gives
+    each glyph two rows of tokens); `levels` (ink, paper) levels each line (`level_line`), None
+    leaves it as drawn.
+    """
+
+    stretch: float = LINE_STRETCH
+    height: int = LINE_HEIGHT
+    levels: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.height <= 0 or self.height % LINE_HEIGHT:
+            raise ValueError(f"a line's height must be a multiple of {LINE_HEIGHT} px, not {self.height}")
+        if self.stretch <= 0:
+            raise ValueError(f"a line's stretch must be positive, not {self.stretch}")
+
+    def write(self, export_dir: Path) -> None:
+        """Records in a trained export how its lines were drawn (LINE_INPUT_FILE)."""
+        record: dict[str, float | int | list[int]] = {"stretch": self.stretch}
+        if self.height != LINE_HEIGHT:  # exports at the usual height stay as they always were
+            record["height"] = self.height
+        if self.levels is not None:
+            record["levels"] = list(self.levels)
+        (export_dir / LINE_INPUT_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+    @classmethod
+    def of_export(cls, export_dir: Path) -> LineInput:
+        """How an export's lines were drawn; one from before the record was trained at UNRECORDED_STRETCH."""
+        path = export_dir / LINE_INPUT_FILE
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        levels = record.get("levels")
+        return cls(
+            stretch=float(record.get("stretch", UNRECORDED_STRETCH)),
+            height=int(record.get("height", LINE_HEIGHT)),
+            levels=None if levels is None else (int(levels[0]), int(levels[1])),
+        )
 
 
-def _line_input(export_dir: Path) -> dict[str, Any]:
-    """What an export records of its lines: {} for one from before the record."""
-    path = export_dir / LINE_INPUT_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-
-
-def trained_stretch(export_dir: Path) -> float:
-    """The stretch an export was trained at; UNRECORDED_STRETCH for one that does not say."""
-    return float(_line_input(export_dir).get("stretch", UNRECORDED_STRETCH))
-
-
-def trained_height(export_dir: Path) -> int:
-    """The height in pixels an export's lines were drawn at; LINE_HEIGHT for one that does not say."""
-    return int(_line_input(export_dir).get("height", LINE_HEIGHT))
-
-
-def trained_levels(export_dir: Path) -> tuple[int, int] | None:
-    """The ink and paper grey levels an export's lines were levelled to; None if they were not."""
-    levels = _line_input(export_dir).get("levels")
-    return None if levels is None else (int(levels[0]), int(levels[1]))
+# The contract's usual lines: LINE_STRETCH wide, LINE_HEIGHT high, not levelled.
+DEFAULT_LINE_INPUT = LineInput()
 
 
 def level_line(line: np.ndarray, ink: int, paper: int) -> np.ndarray:
@@ -91,40 +104,31 @@ def level_line(line: np.ndarray, ink: int, paper: int) -> np.ndarray:
 
 
 def drawn_width(
-    height: int,
-    width: int,
-    stretch: float = LINE_STRETCH,
-    max_width: int = MAX_WIDTH,
-    line_height: int = LINE_HEIGHT,
+    height: int, width: int, line_input: LineInput = DEFAULT_LINE_INPUT, max_width: int = MAX_WIDTH
 ) -> int:
     """The width a height x width crop is drawn at in `prepare_line`'s image, before the white padding."""
-    return min(max(1, round(width * stretch * line_height / max(height, 1))), max_width)
+    scale = line_input.stretch * line_input.height / max(height, 1)
+    return min(max(1, round(width * scale)), max_width)
 
 
 def prepare_line(
-    crop: np.ndarray,
-    stretch: float = LINE_STRETCH,
-    max_width: int = MAX_WIDTH,
-    height: int = LINE_HEIGHT,
-    *,
-    levels: tuple[int, int] | None = None,
+    crop: np.ndarray, line_input: LineInput = DEFAULT_LINE_INPUT, max_width: int = MAX_WIDTH
 ) -> np.ndarray:
-    """The crop (grey, 3 or 4 channels, uint8) at height 28, padded white to k*28 >= 224 px, 3 channels.
+    """The crop (grey, 3 or 4 channels, uint8) drawn as `line_input` says, padded white to k*28 >= 224 px.
 
-    The width is the crop's aspect times `stretch`, at most `max_width` (the contract's MAX_WIDTH;
-    another cap only to probe how a model reads past it). `height`, a multiple of 28, draws the
-    line over that many rows instead (56: two rows of tokens, each glyph twice the pixels
-    upright). `levels` (ink, paper) levels the line (`level_line`) before it is padded. The
-    channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the same in both).
+    The line is `line_input.height` high (28: one row of tokens); its width is the crop's aspect
+    times the stretch, at most `max_width` (the contract's MAX_WIDTH; another cap only to probe how
+    a model reads past it). With levels, the line is levelled (`level_line`) before it is padded.
+    The channel order is kept: a BGR crop comes back BGR, an RGB one RGB (white is the same in
+    both); 3 channels always.
     """
-    if height % LINE_HEIGHT:
-        raise ValueError(f"a line's height must be a multiple of {LINE_HEIGHT} px, not {height}")
+    height, levels = line_input.height, line_input.levels
     if crop.ndim == 2:
         crop = cv2.cvtColor(crop, cv2.COLOR_GRAY2RGB)
     elif crop.shape[2] == 4:
         crop = np.ascontiguousarray(crop[:, :, :3])
     h, w = crop.shape[:2]
-    width = drawn_width(h, w, stretch, max_width, height)
+    width = drawn_width(h, w, line_input, max_width)
     shrinking = h > height or w > width
     interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
     resized = cv2.resize(crop, (width, height), interpolation=interpolation)
