@@ -49,7 +49,7 @@ def collate_lines(
     Padding on the right with white is what `prepare_line` already does to reach a multiple of
     28 px, so a wider line is still a line the appliance could send. uint8 images are a sixteenth
     of float patches to pass between processes; the patches are cut on the GPU. With `swap_share`
-    (and `rng`), that share of the answer tokens the model is given are swapped
+    (drawn with `rng`), that share of the answer tokens the model is given are swapped
     (`train.swapped_tokens`); the labels stay true.
     """
     width = max(s.image.shape[1] for s in samples)
@@ -68,7 +68,9 @@ def collate_lines(
     for row, (x, y) in enumerate(zip(ids, labels, strict=True)):
         input_ids[row, : len(x)] = x
         label_ids[row, : len(y)] = y
-    if swap_share > 0.0 and rng is not None:
+    if swap_share > 0.0:
+        if rng is None:
+            raise ValueError("swapping answer tokens needs a random generator")
         input_ids = swap_answer_tokens(input_ids, label_ids, swap_share, rng)
     indices = batch_indices(images, input_ids, label_ids, prompt.image_id)
     return {
