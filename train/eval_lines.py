@@ -399,7 +399,7 @@ def split_long_line(crop: np.ndarray, line_input: LineInput = DEFAULT_LINE_INPUT
     Pieces are left to right, at the crop's full height; the crop is grey or 3-channel uint8.
     """
     h, w = crop.shape[:2]
-    if w * line_input.stretch * line_input.height / max(h, 1) <= MAX_WIDTH:
+    if drawn_width(h, w, line_input, max_width=sys.maxsize) <= MAX_WIDTH:  # prepare_line's width, uncapped
         return [crop]
     # The mean of the channels: the same grey for an RGB crop and a BGR one.
     grey = _drawn_grey(crop, w).astype(np.uint8)
