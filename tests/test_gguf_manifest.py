@@ -292,6 +292,10 @@ def test_a_line_readers_levels_are_written_read_back_and_checked(tmp_path: Path)
     with pytest.raises(ModelError, match="56 px"):
         write_vlm_manifest(folder / "tall.json", "line", "qwen2vl_line", files, line_input=tall)
     assert not (folder / "tall.json").exists()
+    document = json.loads((folder / "line.json").read_text())
+    del document["line_stretch"]  # levels but no stretch: a reader from before the stretch was recorded
+    (folder / "old.json").write_text(json.dumps(document))
+    assert load_vlm_manifest(folder / "old.json").line_input == LineInput(stretch=1.0, levels=(54, 255))
     for bad in ([54], [54, 256], [-1, 255], [54.5, 255], [True, 255], "54 255"):
         document = json.loads((folder / "line.json").read_text())
         document["line_levels"] = bad
