@@ -260,6 +260,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the cosine over --total-steps, or over the time from the warm-up's end to the run's stop "
         "(the floor reached as --minutes end, on a box of any speed; a run of one call: no resuming)",
     )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help="stop after this many steps even with minutes left (0: the minutes alone), so that a run on a "
+        "faster card trains as many steps as one it is compared with",
+    )
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
     parser.add_argument(
@@ -493,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
             export(model, tokenizer_dir, args.out / "hf", _line_input(args))
-        if time.monotonic() > budget.stop():
+        if time.monotonic() > budget.stop() or 0 < args.max_steps <= step:
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
