@@ -42,6 +42,17 @@ def test_the_budget_stops_a_run_early_enough_for_its_export_and_last_evaluation(
     assert budget.stop() == pytest.approx(100.0 + 480.0 - 20.0 - 12.0 - 0.5)
 
 
+def test_a_run_is_spent_at_its_stop_or_its_step_limit_whichever_comes_first() -> None:
+    # Stop at 100 + 480 - 20 - 60 - 5 = 495 s.
+    by_time_alone = RunBudget(started=100.0, seconds=480.0, eval_seconds=60.0)
+    assert not by_time_alone.spent(10**6, now=495.0)  # no step limit: any number of steps
+    assert by_time_alone.spent(1, now=495.5)
+    limited = RunBudget(started=100.0, seconds=480.0, eval_seconds=60.0, max_steps=300)
+    assert not limited.spent(299, now=200.0)
+    assert limited.spent(300, now=200.0)  # the faster card stops at the steps of the slower
+    assert limited.spent(12, now=496.0)  # the slower card still stops by the time
+
+
 def test_by_time_reaches_the_floor_when_the_run_stops_whatever_the_steps() -> None:
     # Two boxes, one three times as fast: after the same warm-up, the same rate at the same time.
     budget = RunBudget(started=0.0, seconds=175.0, eval_seconds=50.0)  # stops at 100 s

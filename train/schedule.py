@@ -45,10 +45,15 @@ class RunBudget:
     seconds: float
     eval_seconds: float = 0.0
     step_seconds: float = 1.0
+    max_steps: int = 0  # stop at this step even with time left (0: the time alone)
 
     def stop(self) -> float:
         # 20 s for the checkpoint and the export (about 15), and five steps' slack.
         return self.started + self.seconds - 20.0 - self.eval_seconds - 5 * self.step_seconds
+
+    def spent(self, step: int, now: float) -> bool:
+        """Whether the run must stop training after `step` steps at monotonic time `now`."""
+        return now > self.stop() or 0 < self.max_steps <= step
 
 
 def by_time(

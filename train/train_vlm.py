@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     # fifteen workers each running OpenCV on every core thrash the CPU.
     cv2.setNumThreads(1)
     # Its evaluation's seconds come from the held-out reading before the first step.
-    budget = RunBudget(_STARTED, args.minutes * 60)
+    budget = RunBudget(_STARTED, args.minutes * 60, max_steps=args.max_steps)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(checkpoint, model, optimizer, scheduler, step)
             # A call cut short still leaves a model.
             export(model, tokenizer_dir, args.out / "hf", _line_input(args))
-        if time.monotonic() > budget.stop() or 0 < args.max_steps <= step:
+        if budget.spent(step, time.monotonic()):
             break
     _log(args.out, f"stopping at step {step}")
     save_checkpoint(checkpoint, model, optimizer, scheduler, step)
