@@ -51,6 +51,10 @@ def test_a_run_is_spent_at_its_stop_or_its_step_limit_whichever_comes_first() ->
     assert not limited.spent(299, now=200.0)
     assert limited.spent(300, now=200.0)  # the faster card stops at the steps of the slower
     assert limited.spent(12, now=496.0)  # the slower card still stops by the time
+    with pytest.raises(ValueError, match="schedule in steps"):
+        by_time(10, limited)  # it would stop part of the way down its cosine
+    with pytest.raises(ValueError, match="positive"):
+        RunBudget(started=0.0, seconds=60.0, max_steps=-1)
 
 
 def test_by_time_reaches_the_floor_when_the_run_stops_whatever_the_steps() -> None:

@@ -47,6 +47,10 @@ class RunBudget:
     step_seconds: float = 1.0
     max_steps: int = 0  # stop at this step even with time left (0: the time alone)
 
+    def __post_init__(self) -> None:
+        if self.max_steps < 0:
+            raise ValueError(f"a step limit of {self.max_steps}: give a positive one, or 0 for none")
+
     def stop(self) -> float:
         # 20 s for the checkpoint and the export (about 15), and five steps' slack.
         return self.started + self.seconds - 20.0 - self.eval_seconds - 5 * self.step_seconds
@@ -64,8 +68,13 @@ def by_time(
     A schedule in steps ends where the box's speed puts it: a faster box trains on at the floor
     rate after it, a slower one stops mid-way down. Over time, the rate reaches the floor as the
     run stops, on any box; runs on boxes of different speeds take the same path by time, not by
-    step. The stop is read at every step, since it moves as the run times its steps.
+    step. The stop is read at every step, since it moves as the run times its steps. A budget
+    with a step limit is refused: the run would stop there, part of the way down.
     """
+    if budget.max_steps:
+        raise ValueError(
+            "a time schedule ends at the time's stop; a step limit goes with a schedule in steps"
+        )
     cosine_from: float | None = None  # when the warm-up ended
 
     def factor(step: int) -> float:

@@ -265,7 +265,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="stop after this many steps even with minutes left (0: the minutes alone), so that a run on a "
-        "faster card trains as many steps as one it is compared with",
+        "faster card trains as many steps as one it is compared with; with --schedule steps only",
     )
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--size", choices=sorted(SIZES), default="default")
