@@ -7,7 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from appliance.engines.vlm_gguf.line_image import LINE_STRETCH
+from appliance.engines.vlm_gguf.line_image import LINE_STRETCH, LineInput
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "train" / "weights"
 ARCHIVE = WEIGHTS / "line_reader_hf_bf16.tgz"
@@ -44,3 +44,13 @@ def test_the_model_was_trained_at_the_trainers_default_stretch() -> None:
         record = archive.extractfile("hf_bf16/line_input.json")
         assert record is not None
         assert json.loads(record.read())["stretch"] == LINE_STRETCH
+
+
+def test_its_line_input_is_one_the_engine_loads_and_levelled_as_its_readme_says(tmp_path: Path) -> None:
+    # A soup takes its first export's record: one whose first export was trained as drawn would
+    # be read unlevelled, and train/weights/README.md's runs on from it would be told the wrong levels.
+    with tarfile.open(ARCHIVE, "r:gz") as archive:
+        archive.extract("hf_bf16/line_input.json", tmp_path, filter="data")
+    line_input = LineInput.of_export(tmp_path / "hf_bf16")
+    assert line_input.levels == (54, 255)
+    assert "--line-levels 54 255" in (WEIGHTS / "README.md").read_text(encoding="utf-8")
