@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from appliance.schemas.result import LineResult, WordResult
@@ -54,6 +55,9 @@ class Line:
     rotated_180: bool = False
     engine: str = ""
     occluded: bool = False  # under a seal or stamp: what was read there needs a human look
+    # How likely another text of this line is to the engine that read it (log P, letter case and
+    # spaces aside), where it kept the evidence: the cascade's `keep: joint`. Not in the results.
+    likelihood: Callable[[str], float] | None = field(default=None, repr=False, compare=False)
 
     def to_result(self) -> LineResult:
         return LineResult.model_construct(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from appliance.engines.ppocr_onnx.lone_colons import add_lone_colons, ends_in_a_word, find_lone_colon
@@ -94,3 +96,17 @@ def test_the_tail_of_the_last_glyph_past_the_box_is_not_a_colon() -> None:
 
 def test_cjk_lines_are_not_labels() -> None:
     assert not ends_in_a_word("已下载映像文件的校验")
+
+
+def test_a_found_colon_is_no_evidence_against_a_read_that_has_it() -> None:
+    grey, boxes = row_page([(20, "Discount"), (172, ":"), (260, "0.00")])
+    scores = {"Discount": -0.2, "Discount:": -12.0, "0.00": -0.1}
+    label, value = line("Discount", boxes[0]), line("0.00", boxes[1])
+    label.likelihood = value.likelihood = scores.__getitem__
+    found = add_lone_colons(grey, [label, value])
+    assert found[0].text == "Discount :" and found[0].likelihood is not None
+    # The recogniser's evidence has no colon: a read with it is scored without it, and a read
+    # without it pays for what was found on the paper (the colon at the line's confidence).
+    assert found[0].likelihood("Discount :") == pytest.approx(-0.2)
+    assert found[0].likelihood("Discount") == pytest.approx(-0.2 + math.log(1 - 0.97))
+    assert found[1].likelihood is value.likelihood

@@ -69,7 +69,9 @@ def restore_bullet(read: LineRead, crop: np.ndarray) -> LineRead:
     if read.positions[0] * width < end:
         # The recogniser wrote something for the bullet itself: only its usual misreads are mended.
         if read.text[0] in _MISREAD:
-            return LineRead(BULLET + read.text[1:], read.confidences, read.positions, read.space_before)
+            return LineRead(
+                BULLET + read.text[1:], read.confidences, read.positions, read.space_before, read.evidence
+            )
         return read
     confidence = float(np.mean(read.confidences))
     centre = centre_x / width
@@ -78,4 +80,5 @@ def restore_bullet(read: LineRead, crop: np.ndarray) -> LineRead:
         [confidence, confidence, *read.confidences],
         [centre, (centre + read.positions[0]) / 2, *read.positions],
         None if read.space_before is None else [0.0, 0.0, *read.space_before],
+        read.evidence,
     )

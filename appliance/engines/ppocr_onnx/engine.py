@@ -463,6 +463,13 @@ class PpocrOnnxEngine:
             "classes": len(self._recognizer.keys),
         }
 
+    def keep_step_evidence(self, classes: int) -> bool:
+        """Give each line read from now on its `likelihood` (the cascade's `keep: joint`); 0 stops it.
+
+        False where the recogniser cannot (the GPU's graph answers only its best class a step).
+        """
+        return self._recognizer.keep_evidence(classes)
+
     def recognize(self, image: np.ndarray) -> PageText:
         timings: dict[str, float] = {}
         started = time.perf_counter()
@@ -517,6 +524,7 @@ class PpocrOnnxEngine:
                     words=_words(read, quad, turned_90, is_flipped),
                     rotated_180=is_flipped,
                     engine=self.name,
+                    likelihood=read.evidence.log_likelihood if read.evidence is not None else None,
                 )
             )
         if self._config.lone_colons and lines:

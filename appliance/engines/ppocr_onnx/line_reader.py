@@ -34,7 +34,11 @@ def strip_read(read: LineRead) -> LineRead:
     if space_before:
         space_before[0] = 0.0  # nothing stands before the first character any more
     return LineRead(
-        read.text[start:end], read.confidences[start:end], read.positions[start:end], space_before
+        read.text[start:end],
+        read.confidences[start:end],
+        read.positions[start:end],
+        space_before,
+        read.evidence,
     )
 
 

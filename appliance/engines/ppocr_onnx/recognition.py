@@ -19,6 +19,7 @@ import numpy as np
 from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, SPACE_OUTPUT, has_best_class
 from appliance.engines.ppocr_onnx.sessions import ModelSession
 from appliance.engines.ppocr_onnx.shapes import choose_width
+from appliance.engines.ppocr_onnx.step_evidence import StepEvidence, fold_keys
 from appliance.errors import ModelError
 
 _HEIGHT = 48
@@ -36,12 +37,15 @@ class LineRead:
     `space_before[i]`: the highest probability the recogniser gave the space class on the steps
     between character i-1 and character i (0 for the first character); None where the head has
     no space class (a charset without one), or, with best_class.py's outputs, not as its last class.
+    `evidence`: the likeliest classes at each step, where the recogniser was asked to keep them
+    (`TextRecognizer.keep_evidence`): how likely another reader's text of the line is to it.
     """
 
     text: str
     confidences: list[float]
     positions: list[float]
     space_before: list[float] | None = None
+    evidence: StepEvidence | None = None
 
     @property
     def confidence(self) -> float:
@@ -164,6 +168,17 @@ class TextRecognizer:
         # space's, where the space is the last class.
         outputs = [output.name for output in session.get_outputs()]
         self._space_output = self._best and SPACE_OUTPUT in outputs and self._space == len(self._keys) - 1
+        self._evidence_classes = 0
+        self._folded = fold_keys(self._keys)
+
+    def keep_evidence(self, classes: int) -> bool:
+        """Keep each read's `classes` likeliest classes a step (LineRead.evidence); 0 stops it.
+
+        Only a graph that answers every class's probability has them: on one that answers its best
+        class alone (the GPU's, best_class.py) nothing is kept, and this returns False.
+        """
+        self._evidence_classes = 0 if self._best else max(0, classes)
+        return not self._best or classes == 0
 
     @property
     def keys(self) -> list[str]:
@@ -249,7 +264,12 @@ class TextRecognizer:
             classes = probs.argmax(axis=1)
             space_probs = probs[:, self._space] if self._space is not None else None
             scores = probs[np.arange(len(classes)), classes]
-            reads.append(self._decode(classes, scores, width, batch_width, space_probs))
+            read = self._decode(classes, scores, width, batch_width, space_probs)
+            if self._evidence_classes:
+                # The line's own steps: those over the batch's padding on its right read nothing.
+                steps = max(1, math.ceil(len(probs) * width / batch_width))
+                read.evidence = StepEvidence.of(probs[:steps], self._folded, self._evidence_classes)
+            reads.append(read)
         return reads
 
     def _decode(
