@@ -13,6 +13,8 @@ from appliance.engines.vlm_gguf.decoding import (
     _probability,
     greedy_decode,
     greedy_decode_together,
+    read_log_likelihood,
+    text_log_likelihood,
 )
 from appliance.engines.vlm_gguf.draft_length import BatchCosts
 from appliance.engines.vlm_gguf.drafts import HintDraft, ModelDraft, TextHintDraft
@@ -407,3 +409,49 @@ def test_lines_side_by_side_stop_each_at_its_own_token_limit() -> None:
     models = [MarkovModel(seed=seed) for seed in (0, 1, 2)]
     with pytest.raises(ValueError, match="3 sequences but 2 token limits"):
         greedy_decode_together(_SideBySide(models), [_start(m) for m in models], max_tokens=[9, 60])
+
+
+def _teacher_forced(tokens: list[int], seed: int, end: int) -> float:
+    """log P of `tokens` and the end under a fresh MarkovModel, fed after the prompt in one batch."""
+    model = MarkovModel(seed=seed, end_token=end)
+    rows = np.vstack([_start(model)[None, :], model.append(tokens)]) if tokens else _start(model)[None, :]
+    return text_log_likelihood(rows, tokens, [end])
+
+
+@pytest.mark.parametrize("drafted", [False, True])
+def test_a_reads_own_likelihood_is_its_tokens_and_end_fed_after_the_prompt(drafted: bool) -> None:
+    plain_model = MarkovModel(end_token=None)
+    reference = greedy_decode(plain_model, _start(plain_model), max_tokens=40).tokens
+    end = reference[25]
+    model = MarkovModel(end_token=end)
+    draft = HintDraft(reference) if drafted else None
+    generation = greedy_decode(model, _start(model), max_tokens=40, draft=draft)
+    assert generation.stop_reason == "end"
+    assert generation.end_probability is not None and 0 < generation.end_probability < 1
+    own = read_log_likelihood(generation)
+    assert own == pytest.approx(_teacher_forced(generation.tokens, 0, end), abs=1e-4)
+    # Another text is less likely to the model than the one it wrote greedily, token by token.
+    other = [*generation.tokens[:-1], (generation.tokens[-1] + 1) % 50]
+    assert _teacher_forced(other, 0, end) < own
+
+
+def test_lines_side_by_side_keep_each_ones_end_probability() -> None:
+    seeds = [0, 1, 2]
+    models = [MarkovModel(seed=seed, end_token=7) for seed in seeds]
+    together = greedy_decode_together(_SideBySide(models), [_start(model) for model in models], max_tokens=60)
+    ended = [(seed, g) for seed, g in zip(seeds, together, strict=True) if g.stop_reason == "end"]
+    assert ended, "the seeds must give lines that end"
+    for seed, generation in ended:
+        assert read_log_likelihood(generation) == pytest.approx(
+            _teacher_forced(generation.tokens, seed, 7), abs=1e-4
+        )
+
+
+def test_a_read_cut_short_has_no_likelihood_and_rows_must_match_tokens() -> None:
+    model = MarkovModel()
+    generation = greedy_decode(model, _start(model), max_tokens=5)
+    assert generation.stop_reason == "max_tokens"
+    assert generation.end_probability is None
+    assert read_log_likelihood(generation) is None
+    with pytest.raises(ValueError, match="rows of logits"):
+        text_log_likelihood(np.zeros((2, 50)), [1, 2], [7])

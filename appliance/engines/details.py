@@ -27,6 +27,10 @@ class ReadFigures:
     decoding: Mapping[str, float]
     stop_reason: str | None = None
     gpu_memory_used_bytes: int | None = None  # the device's memory in use after the read
+    # log P of the reader's own text and of its hint (the first engine's), where it scored them
+    # (a line reader asked to: the cascade's `keep: joint`).
+    read_log_likelihood: float | None = None
+    hint_log_likelihood: float | None = None
 
     @classmethod
     def of(cls, details: Mapping[str, Any], reader: str = VLM_KEY) -> ReadFigures | None:
@@ -35,10 +39,13 @@ class ReadFigures:
         if not raw:
             return None
         gpu = raw.get("gpu_memory_used_bytes")
+        own, hint = raw.get("read_log_likelihood"), raw.get("hint_log_likelihood")
         return cls(
             decoding={key: float(raw.get(key) or 0.0) for key in DECODING_KEYS},
             stop_reason=raw.get("stop_reason"),
             gpu_memory_used_bytes=None if gpu is None else int(gpu),
+            read_log_likelihood=None if own is None else float(own),
+            hint_log_likelihood=None if hint is None else float(hint),
         )
 
     @property

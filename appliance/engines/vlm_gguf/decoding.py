@@ -103,6 +103,9 @@ class Generation:
     probabilities: list[float]
     stop_reason: str  # "end", "max_tokens", "repetition", "timeout", "stop_string"
     stats: DecodeStats
+    # The probability the model gave the end of its text where it chose it (stop_reason "end"):
+    # with `probabilities`, how likely the whole read was to it.
+    end_probability: float | None = None
 
 
 # Logits whose maximum lies in this range are exponentiated as they are: float32 neither overflows
@@ -150,6 +153,7 @@ class _Checked:
     accepted: int
     stop_reason: str | None
     written_ms: float  # the kept tokens' own work (probability, stop checks): every token pays it once
+    end_probability: float | None = None  # where a kept draft was the end of the text
 
 
 def _check_drafts(
@@ -167,13 +171,13 @@ def _check_drafts(
     i-th token fed (the chosen one, then the drafts).
     """
     choices = rows[: len(proposal)].argmax(axis=1)  # one call for the step, not one a row
-    accepted, reason, written_ms = 0, None, 0.0
+    accepted, reason, written_ms, end = 0, None, 0.0, None
     for index, proposed in enumerate(proposal):
         if int(choices[index]) != proposed:
             break
         accepted += 1
         if is_end(proposed):
-            reason = "end"
+            reason, end = "end", _probability(rows[index], proposed)
             break
         started = time.perf_counter()
         tokens.append(proposed)
@@ -182,7 +186,7 @@ def _check_drafts(
         written_ms += (time.perf_counter() - started) * 1000
         if reason:
             break
-    return _Checked(accepted, reason, written_ms)
+    return _Checked(accepted, reason, written_ms, end)
 
 
 def _still_drafting(
@@ -195,6 +199,34 @@ def _still_drafting(
         stats.disabled_after = written
         return False
     return True
+
+
+# A probability no token has: the log of zero would make a sum -inf.
+_TINY = 1e-30
+
+
+def read_log_likelihood(generation: Generation) -> float | None:
+    """How likely the model found its own read: log P of its tokens and its end; None if it did not end."""
+    if generation.stop_reason != "end" or generation.end_probability is None:
+        return None
+    written = np.log(np.maximum(np.asarray(generation.probabilities, dtype=np.float64), _TINY)).sum()
+    return float(written + np.log(max(generation.end_probability, _TINY)))
+
+
+def text_log_likelihood(logits: np.ndarray, tokens: Sequence[int], end_tokens: Sequence[int]) -> float:
+    """The log-probability of `tokens` and then the end of the text, fed after a prompt.
+
+    `logits` has one row more than `tokens`: the row after the prompt, then the row after each
+    token. The end is the likeliest of `end_tokens` in the last row (the one the model would write).
+    """
+    if len(logits) != len(tokens) + 1:
+        raise ValueError(f"{len(tokens)} tokens need {len(tokens) + 1} rows of logits, not {len(logits)}")
+    rows = np.asarray(logits, dtype=np.float64)
+    top = rows.max(axis=1, keepdims=True)
+    log_softmax = rows - top - np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
+    written = log_softmax[np.arange(len(tokens)), list(tokens)].sum()
+    end = log_softmax[-1, list(end_tokens)].max() if len(end_tokens) else 0.0
+    return float(written + end)
 
 
 def greedy_decode(
@@ -232,15 +264,15 @@ def greedy_decode(
     def stop(written: list[int]) -> str | None:
         return _stop_reason(written, max_tokens, guard, should_stop)
 
-    def finish(reason: str) -> Generation:
+    def finish(reason: str, end: float | None = None) -> Generation:
         stats.generated = len(tokens)
-        return Generation(tokens, probabilities, reason, stats)
+        return Generation(tokens, probabilities, reason, stats, end)
 
     step_started = time.perf_counter()
     while True:
         token = int(np.argmax(logits))
         if target.is_end(token):
-            return finish("end")
+            return finish("end", _probability(logits, token))
         written_started = time.perf_counter()
         tokens.append(token)
         probabilities.append(_probability(logits, token))
@@ -283,7 +315,7 @@ def greedy_decode(
             lengths.observe(len(proposal), accepted, 1 + len(proposal), step_ms)
             step_started = now
         if stop_reason:
-            return finish(stop_reason)
+            return finish(stop_reason, checked.end_probability)
         logits = rows[accepted]
 
 
@@ -339,6 +371,7 @@ def greedy_decode_together(
     probabilities: list[list[float]] = [[] for _ in range(count)]
     stats = [DecodeStats(source=source.name if source else "none") for source in sources]
     reasons: list[str | None] = [None] * count
+    ends: list[float | None] = [None] * count
     drafting = [source is not None for source in sources]
     lengths = GroupDraftLengths(policy.k, policy.k_min, policy.k_max, policy.batch_cost, costs, prior=prior)
     logits = dict(enumerate(first_logits))
@@ -354,7 +387,7 @@ def greedy_decode_together(
         for sequence, row in logits.items():
             token = int(np.argmax(row))
             if target.is_end(token):
-                reasons[sequence] = "end"
+                reasons[sequence], ends[sequence] = "end", _probability(row, token)
                 continue
             written_started = time.perf_counter()
             written = tokens[sequence]
@@ -397,6 +430,7 @@ def greedy_decode_together(
                 stop_reason=stops[sequence],
             )
             accepted, reasons[sequence] = checked.accepted, checked.stop_reason
+            ends[sequence] = checked.end_probability
             written_ms += checked.written_ms
             if proposal:
                 if accepted < len(proposal) and reasons[sequence] is None:
@@ -418,5 +452,7 @@ def greedy_decode_together(
     for sequence in range(count):
         stats[sequence].generated = len(tokens[sequence])
         reason = reasons[sequence] or "end"
-        generations.append(Generation(tokens[sequence], probabilities[sequence], reason, stats[sequence]))
+        generations.append(
+            Generation(tokens[sequence], probabilities[sequence], reason, stats[sequence], ends[sequence])
+        )
     return generations

@@ -22,6 +22,8 @@ from appliance.engines.vlm_gguf.decoding import (
     Generation,
     greedy_decode,
     greedy_decode_together,
+    read_log_likelihood,
+    text_log_likelihood,
 )
 from appliance.engines.vlm_gguf.draft_length import BatchCosts, DepthAcceptance
 from appliance.engines.vlm_gguf.drafts import DraftSource, HintDraft, ModelDraft, TextHintDraft
@@ -175,6 +177,9 @@ class VlmGgufEngine:
         # every page this engine reads: a line is too short to learn them before they would pay.
         self._batch_costs = BatchCosts()
         self._draft_depths = DepthAcceptance(self._policy.k_max)
+        # Whether a line read with a hint also says how likely the hint was (`score_hints`).
+        self._score_hints = False
+        self._end_tokens: list[int] | None = None
 
     def _load(self, plan: MemoryPlan, min_ctx: int) -> None:
         """Load with the plan; when an allocation fails, shorten the context, then move layers to the CPU."""
@@ -246,6 +251,17 @@ class VlmGgufEngine:
             "fallbacks": list(self._fallbacks),
             "gpu_memory": self.gpu_memory.to_dict() if self.gpu_memory else None,
         }
+
+    def score_hints(self, on: bool = True) -> bool:
+        """Have each line read with a hint also say how likely the model finds the hint and its own read.
+
+        The details of such a read hold `hint_log_likelihood` and `read_log_likelihood` (log P of
+        each text, its end included) where the read ended and differs from the hint: one pass more
+        over the hint's tokens, on the line's own place in the cache (the cascade's `keep: joint`).
+        A page reader does not: False.
+        """
+        self._score_hints = on and bool(self.profile.line_input)
+        return self._score_hints or not on
 
     def text_of(self, tokens: list[int]) -> str:
         """The text of tokens as the model writes them (for hints built from a model's own output)."""
@@ -337,13 +353,18 @@ class VlmGgufEngine:
                 prior=self._draft_depths,
             )
             decode_ms = (time.perf_counter() - decode_started) * 1000
+            scores = self._hint_scores(
+                context, [(p.sequence, p.position, p.logits) for p in prompts], generations, hints
+            )
         finally:
             context.end_sequences()  # the head stays for the next line or group
             gpu_used = self._sample_gpu_memory()
         total_ms = (time.perf_counter() - started) * 1000
         count = len(images)
         read = []
-        for image, hint, line_prompt, generation in zip(images, hints, prompts, generations, strict=True):
+        for image, hint, line_prompt, generation, score in zip(
+            images, hints, prompts, generations, scores, strict=True
+        ):
             page = self._page_read(
                 line_prompt,
                 generation,
@@ -352,6 +373,7 @@ class VlmGgufEngine:
                 lines_together=count,
                 hint_chars=len(hint or ""),
             )
+            page.details.update(score)
             read.append(self._page_text(page, image.shape, total_ms / count, gpu_used))
         return read
 
@@ -431,6 +453,7 @@ class VlmGgufEngine:
             self._scaled(image),
             reuse_head=self._config.reuse_prompt_head,
         )
+        prompt_end = context.position
         prompt_ms = (time.perf_counter() - prompt_started) * 1000
         draft = self._draft_source(hint, result.text_tokens, hint_tokens)
         max_tokens = min(self.profile.token_limit(result.image_tokens), context.n_ctx - context.position - 1)
@@ -450,7 +473,8 @@ class VlmGgufEngine:
             prior=self._draft_depths,
         )
         decode_ms = (time.perf_counter() - decode_started) * 1000
-        return self._page_read(
+        (score,) = self._hint_scores(context, [(0, prompt_end, result.logits)], [generation], [hint])
+        page = self._page_read(
             result,
             generation,
             prompt_ms,
@@ -458,6 +482,51 @@ class VlmGgufEngine:
             hint_chars=len(hint or ""),
             hint_tokens=len(hint_tokens or []),  # exact tokens given (benchmarks); 0 for a text hint
         )
+        page.details.update(score)
+        return page
+
+    def _hint_scores(
+        self,
+        context: runtime.Context,
+        places: Sequence[tuple[int, int, np.ndarray]],
+        generations: Sequence[Generation],
+        hints: Sequence[str | None],
+    ) -> list[dict[str, float]]:
+        """Each line's log P of its own read and of its hint, where `score_hints` asks and they differ.
+
+        `places` are each line's sequence, the position after its prompt and the logits there. The
+        hints that differ from their reads are fed on their lines' sequences in one pass, over what
+        was written there (the caller forgets it all after the read).
+        """
+        scores: list[dict[str, float]] = [{} for _ in generations]
+        if not self._score_hints:
+            return scores
+        parts, wanted = [], []
+        for index, (generation, hint) in enumerate(zip(generations, hints, strict=True)):
+            own = read_log_likelihood(generation)
+            if hint is None or own is None:
+                continue
+            scores[index]["read_log_likelihood"] = own
+            if " ".join(hint.split()) == " ".join(self.text_of(generation.tokens).split()):
+                scores[index]["hint_log_likelihood"] = own
+                continue
+            sequence, position, _ = places[index]
+            tokens = self._model.tokenize(hint)
+            if not tokens:
+                continue
+            context.forget(sequence, position)
+            parts.append((sequence, position, tokens))
+            wanted.append(index)
+        if parts:
+            rows = context.feed_sequences(parts, every_row=True)
+            if self._end_tokens is None:
+                self._end_tokens = [
+                    token for token in range(self._model.n_vocab) if self._model.is_end(token)
+                ]
+            for index, (_, _, tokens), line_rows in zip(wanted, parts, rows, strict=True):
+                logits = np.vstack([places[index][2][None, :], line_rows])
+                scores[index]["hint_log_likelihood"] = text_log_likelihood(logits, tokens, self._end_tokens)
+        return scores
 
     def _page_read(
         self,
