@@ -3,15 +3,16 @@
 Usage::
 
     python -m bench.vlm_cascade_pages --model-dir DIR DATA [--limit N] [--threads T]
-        [--together 1 8 ...] [--keep auto second more_confident] [--min-confidence C]
+        [--together 1 8 ...] [--keep auto second more_confident] [--min-confidence C] [--mode always]
         [--max-changes auto|none|N] [--device auto|cpu|gpu] [--json OUT]
 
 DIR holds a `qwen2vl_line` GGUF model, its mmproj and manifest.json; DATA a page set with ground
 truth (`gt/*.json`, as bench.ocr_bench reads). The appliance's ONNX engine reads each page once;
-then the cascade (`unit: lines`, `mode: below_threshold`) sends that read's unsure lines to the
-line reader, once per `--together` setting (`engine.vlm_gguf.lines_together`; 1: one line at a
-time, drafted from the ONNX text) and `--keep` rule (`cascade.keep`: which read a re-read line
-keeps), the settings taking turns page by page. Each page's crops are
+then the cascade (`unit: lines`, `mode: below_threshold`; `--mode always`: every line) sends that
+read's unsure lines to the line reader, once per `--together` setting
+(`engine.vlm_gguf.lines_together`; 1: one line at a time, drafted from the ONNX text) and `--keep`
+rule (`cascade.keep`: which read a re-read line keeps), the settings taking turns page by page.
+Each page's crops are
 the ones the appliance cuts, and a page's lines are grouped only with each other, as in the
 daemon. Reported per setting: the VLM's time a page (all of it, and its decoding) over the pages
 that sent lines, lines sent, and the whole set's CER (bench.scoring, reading order by position)
@@ -38,7 +39,7 @@ import cv2
 from appliance.config import CascadeConfig, EngineConfig, VlmGgufConfig
 from appliance.engines.factory import build_engine
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
-from appliance.pipeline.cascade import AUTO_MAX_CHANGES, Cascade, changed_characters
+from appliance.pipeline.cascade import AUTO_MAX_CHANGES, Cascade, changed_characters, prepare_joint
 from bench.ocr_bench import load_dataset
 from bench.page_bootstrap import scores_difference
 from bench.scoring import PageScore, TextLine, micro_average, score_page
@@ -56,6 +57,12 @@ def main() -> None:
     keep_rules = get_args(CascadeConfig.model_fields["keep"].annotation)
     parser.add_argument("--keep", nargs="+", default=[CascadeConfig().keep], choices=keep_rules)
     parser.add_argument("--min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument(
+        "--mode",
+        choices=["below_threshold", "always"],
+        default="below_threshold",
+        help="cascade.mode: the lines read below --min-confidence, or every line",
+    )
     parser.add_argument(
         "--max-changes",
         type=max_changes_option,
@@ -85,7 +92,7 @@ def main() -> None:
         f"{size}/{keep}": Cascade(
             reader,
             CascadeConfig(
-                mode="below_threshold",
+                mode=args.mode,
                 unit="lines",
                 min_confidence=args.min_confidence,
                 keep=keep,
@@ -95,6 +102,12 @@ def main() -> None:
         for size, reader in readers.items()
         for keep in args.keep
     }
+    if any(cascade.keep == "joint" for cascade in cascades.values()):
+        # As the daemon does for `keep: joint`: the ONNX engine keeps its step evidence and each
+        # reader scores its hints (a pass more on lines it reads otherwise, in every setting's time).
+        for reader in readers.values():
+            if not prepare_joint(onnx, reader):
+                raise SystemExit("keep joint: the ONNX engine or the line reader keeps no scores")
     onnx_scores: list[PageScore] = []
     scores: dict[str, list[PageScore]] = {name: [] for name in cascades}
     vlm_ms: dict[str, list[float]] = {name: [] for name in cascades}

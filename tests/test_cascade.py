@@ -15,6 +15,7 @@ from appliance.pipeline.cascade import (
     changed_characters,
     decoding_totals,
     place_lines,
+    prepare_joint,
     single_spaced,
 )
 from tests.fakes.engines import FakeVlmReader
@@ -380,3 +381,67 @@ def test_lines_read_together_are_not_sent_once_the_page_time_runs_out() -> None:
     assert reader.group_sizes == [] and reader.hints == []
     assert [line.text for line in result.lines] == ["A1", "B2", "C3"]
     assert result.details["cascade"]["lines_kept"] == ["3 line(s) not sent: the page's time ran out"]
+
+
+class _ScoringReader(_SureReader):
+    """A VLM line reader that also says how likely it finds its own read and its hint (`score_hints`)."""
+
+    def __init__(self, answers: dict[str, tuple[str, float]], scores: dict[str, tuple[float, float]]) -> None:
+        super().__init__(answers)
+        self.scores = scores
+        self.scoring = False
+
+    def score_hints(self, on: bool = True) -> bool:
+        self.scoring = on
+        return True
+
+    def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
+        page = super().read(image, hint, deadline)
+        own, of_hint = self.scores[str(hint)]
+        figures = {"lines_read": 1, "stop_reason": "end", "read_log_likelihood": own}
+        figures["hint_log_likelihood"] = of_hint
+        return PageText(lines=page.lines, timings_ms=page.timings_ms, details={self.name: figures})
+
+
+def _scored_line(text: str, y: float, confidence: float, log_p: dict[str, float] | None) -> Line:
+    line = _onnx_line(text, y, confidence)
+    line.likelihood = None if log_p is None else log_p.__getitem__
+    return line
+
+
+def test_keep_joint_takes_the_read_both_readers_together_find_likelier() -> None:
+    first = PageText(
+        lines=[
+            # The VLM is surer of A7, but the ONNX recogniser finds it far less likely than A1.
+            _scored_line("A1", 20.0, 0.6, {"A1": -0.1, "A7": -9.0}),
+            # The VLM is less sure of B8 than the ONNX engine of B2, but both find B8 likelier.
+            _scored_line("B2", 60.0, 0.8, {"B2": -3.0, "B8": -0.5}),
+            # No evidence kept for this line (a lone colon's, a GPU graph's): the surer read.
+            _scored_line("C3", 100.0, 0.5, None),
+        ]
+    )
+    answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.7), "C3": ("C5", 0.9)}
+    scores = {"A1": (-0.5, -2.0), "B2": (-0.2, -6.0), "C3": (-0.1, -0.3)}
+    config = CascadeConfig(mode="always", unit="lines", keep="joint")
+    result = Cascade(_ScoringReader(answers, scores), config).refine(PAGE, first)
+    assert [line.text for line in result.lines] == ["A1", "B8", "C5"]
+    assert result.details["cascade"]["keep"] == "joint"
+    more_confident = CascadeConfig(mode="always", unit="lines", keep="more_confident")
+    surer = Cascade(_ScoringReader(answers, scores), more_confident).refine(PAGE, first)
+    assert [line.text for line in surer.lines] == ["A7", "B2", "C5"]
+
+
+def test_keep_joint_asks_both_readers_for_their_scores_and_says_when_one_cannot() -> None:
+    class _First:
+        def __init__(self) -> None:
+            self.classes = 0
+
+        def keep_step_evidence(self, classes: int) -> bool:
+            self.classes = classes
+            return True
+
+    first, reader = _First(), _ScoringReader({}, {})
+    assert prepare_joint(first, reader)
+    assert first.classes > 0 and reader.scoring
+    assert not prepare_joint(object(), _ScoringReader({}, {}))
+    assert not prepare_joint(_First(), _SureReader({}))

@@ -16,7 +16,7 @@ from appliance.engines.factory import second_reader_of
 from appliance.errors import DocumentError, EngineUnavailableError, FailureReason
 from appliance.hashing import sha256_file
 from appliance.names import display
-from appliance.pipeline.cascade import Cascade
+from appliance.pipeline.cascade import Cascade, prepare_joint
 from appliance.pipeline.preprocess import read_page
 from appliance.pipeline.rasterize import Rasterizer, RasterPage, sniff_media_type
 from appliance.repair.step import repair_document
@@ -58,6 +58,11 @@ class DocumentProcessor:
         self._cascade = (
             Cascade(reader, cascade) if reader is not None and cascade and cascade.mode != "off" else None
         )
+        # `keep: joint` needs both readers' scores: the first engine (an EnginePair's `first`) keeps
+        # its step evidence and the second reader scores its hints from now on.
+        joint = self._cascade is not None and self._cascade.keep == "joint"
+        if joint and not prepare_joint(getattr(engine, "first", engine), reader):
+            log.warning("cascade.keep joint: a reader keeps no scores; its lines are kept by more_confident")
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()
         self._preprocess = preprocess or PreprocessConfig()
