@@ -411,12 +411,12 @@ class CascadeConfig(_Strict):
     # The second reader (an engine section: vlm_gguf, onnx_reader); None: the one the engine has.
     reader: Literal["vlm_gguf", "onnx_reader"] | None = None
     # second: a line read again takes the second read; more_confident: it keeps whichever read is
-    # surer; auto: the reader's own rule (its `auto_keep`: second for onnx_reader), else the surer
-    # read, as measured for a VLM: train/'s line reader read the receipts worse than the ONNX text
-    # with second and better with more_confident (bench/README.md). joint: the read the two
-    # readers together find likelier (log P under each, summed: the VLM scores the ONNX text, the
-    # ONNX recogniser's kept step probabilities the VLM's); more_confident where either cannot
-    # (the GPU's ONNX graph keeps only its best class a step).
+    # surer; joint: the second read where it is the surer and the two readers together find it
+    # likelier (log P under each, summed: the VLM scores the ONNX text, the ONNX recogniser's kept
+    # step probabilities the VLM's), more_confident where either keeps no scores (a branched ONNX
+    # session); auto: the reader's own rule (its `auto_keep`: second for onnx_reader, joint for the
+    # VLM), else the surer read. As measured on the receipts (bench/README.md): a second
+    # recogniser reads best with second, train/'s line reader with joint.
     keep: Literal["auto", "second", "more_confident", "joint"] = "auto"
     # A line read again keeps its first read when the second changes more than this many characters
     # (spaces and case aside): a correction, not a rewrite. None: no limit; auto: the reader's own

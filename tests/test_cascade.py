@@ -409,26 +409,28 @@ def _scored_line(text: str, y: float, confidence: float, log_p: dict[str, float]
     return line
 
 
-def test_keep_joint_takes_the_read_both_readers_together_find_likelier() -> None:
+def test_keep_joint_takes_the_surer_read_only_where_both_readers_together_find_it_likelier() -> None:
     first = PageText(
         lines=[
             # The VLM is surer of A7, but the ONNX recogniser finds it far less likely than A1.
             _scored_line("A1", 20.0, 0.6, {"A1": -0.1, "A7": -9.0}),
-            # The VLM is less sure of B8 than the ONNX engine of B2, but both find B8 likelier.
-            _scored_line("B2", 60.0, 0.8, {"B2": -3.0, "B8": -0.5}),
-            # No evidence kept for this line (a lone colon's, a GPU graph's): the surer read.
+            # Surer, and both readers together find B8 likelier.
+            _scored_line("B2", 60.0, 0.6, {"B2": -3.0, "B8": -0.5}),
+            # Likelier together, but the VLM is less sure of D9 than the ONNX engine of D4.
+            _scored_line("D4", 140.0, 0.8, {"D4": -3.0, "D9": -0.5}),
+            # No evidence kept for this line (a GPU graph's): the surer read.
             _scored_line("C3", 100.0, 0.5, None),
         ]
     )
-    answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.7), "C3": ("C5", 0.9)}
-    scores = {"A1": (-0.5, -2.0), "B2": (-0.2, -6.0), "C3": (-0.1, -0.3)}
+    answers = {"A1": ("A7", 0.95), "B2": ("B8", 0.9), "D4": ("D9", 0.7), "C3": ("C5", 0.9)}
+    scores = {"A1": (-0.5, -2.0), "B2": (-0.2, -6.0), "D4": (-0.2, -6.0), "C3": (-0.1, -0.3)}
     config = CascadeConfig(mode="always", unit="lines", keep="joint")
     result = Cascade(_ScoringReader(answers, scores), config).refine(PAGE, first)
-    assert [line.text for line in result.lines] == ["A1", "B8", "C5"]
+    assert [line.text for line in result.lines] == ["A1", "B8", "D4", "C5"]
     assert result.details["cascade"]["keep"] == "joint"
     more_confident = CascadeConfig(mode="always", unit="lines", keep="more_confident")
     surer = Cascade(_ScoringReader(answers, scores), more_confident).refine(PAGE, first)
-    assert [line.text for line in surer.lines] == ["A7", "B2", "C5"]
+    assert [line.text for line in surer.lines] == ["A7", "B8", "D4", "C5"]
 
 
 def test_keep_joint_asks_both_readers_for_their_scores_and_says_when_one_cannot() -> None:

@@ -15,8 +15,10 @@ import cv2
 import numpy as np
 import pytest
 
-from appliance.config import CascadeConfig, VlmGgufConfig
+from appliance.config import CascadeConfig, RasterizeConfig, VlmGgufConfig
 from appliance.engines.base import PageText
+from appliance.engines.factory import EnginePair
+from appliance.engines.ppocr_onnx import PpocrOnnxEngine
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.gguf_manifest import write_vlm_manifest
 from appliance.engines.vlm_gguf.line_image import LineInput
@@ -24,6 +26,9 @@ from appliance.engines.vlm_gguf.output import make_line
 from appliance.engines.vlm_gguf.profiles import profile_for
 from appliance.errors import ModelError
 from appliance.pipeline.cascade import Cascade
+from appliance.pipeline.process import DocumentProcessor
+from appliance.pipeline.rasterize import Rasterizer
+from tests import rendering
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
 FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl", "lightonocr")
@@ -608,3 +613,30 @@ def test_the_cascade_sends_line_crops_a_real_engine_reads(family: str) -> None:
         assert result.lines[0].text == "TOTAL 12.5O" and cascade["lines_kept"]
     else:
         assert result.lines[0].engine == "vlm_gguf" and result.lines[0].box == (20.0, 40.0, 260.0, 56.0)
+
+
+def test_a_line_cascade_keeping_both_readers_scores_asks_each_real_reader_for_them(
+    engine: PpocrOnnxEngine,
+) -> None:
+    """keep: auto is joint for a VLM line reader: the processor has both real readers keep scores."""
+    reader = _engine("qwen2vl", as_family="qwen2vl_line", image_max_side=0)
+    page = rendering.receipt().bgr()
+    try:
+        assert all(line.likelihood is None for line in engine.recognize(page).lines)
+        cascade = CascadeConfig(mode="always", unit="lines")
+        processor = DocumentProcessor(
+            EnginePair(engine, reader), Rasterizer(RasterizeConfig()), cascade=cascade
+        )
+        assert processor._cascade is not None and processor._cascade.keep == "joint"
+        lines = engine.recognize(page).lines
+        assert lines and all(line.likelihood is not None for line in lines)
+        assert reader._score_hints
+    finally:
+        engine.keep_step_evidence(0)  # the engine is the session's
+        reader.close()
+    # A page reader has no such scores to give.
+    page_reader = _engine("qwen2vl")
+    try:
+        assert not page_reader.score_hints(True)
+    finally:
+        page_reader.close()

@@ -416,6 +416,7 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
     for name, session in (("plain", plain), ("best", best)):
         recognizer = TextRecognizer(session, keys, 4, 320, widths=dict.fromkeys(widths, session))
         assert recognizer._best is (name == "best")
+        assert recognizer.keep_evidence(4)
         reads[name] = recognizer.recognize(crops)
     assert [r.text for r in reads["best"]] == [r.text for r in reads["plain"]]
     # The spacing rule's evidence comes through the best-class graph unchanged.
@@ -425,6 +426,12 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
     for mine, theirs in zip(reads["best"], reads["plain"], strict=True):
         assert mine.confidences == pytest.approx(theirs.confidences)
         assert mine.positions == theirs.positions
+        # The cascade's `keep: joint` evidence too (to a hundredth, float32 sums): the top classes.
+        assert mine.evidence is not None and theirs.evidence is not None
+        for text in (theirs.text, theirs.text[:-1] + "#", "CASH"):
+            assert mine.evidence.log_likelihood(text) == pytest.approx(
+                theirs.evidence.log_likelihood(text), rel=1e-4, abs=0.01
+            )
 
 
 def test_auto_takes_fixed_shapes_and_one_line_thread_only_where_cuda_can_start(

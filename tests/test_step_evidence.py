@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
-from appliance.engines.ppocr_onnx.step_evidence import StepEvidence, fold_keys
+from appliance.engines.ppocr_onnx.step_evidence import StepEvidence, fold_keys, with_found_mark
 from tests import rendering
 
 KEYS = ["<blank>", "a", "b", "A", " "]
@@ -54,6 +54,16 @@ def test_a_character_outside_the_kept_classes_gets_what_they_leave_shared_out() 
     # `a` and `A` fold together, but only `a` was kept; what is left (0.1) goes to each of four others.
     assert evidence.log_likelihood("a") == pytest.approx(math.log(0.9))
     assert evidence.log_likelihood("b") == pytest.approx(math.log(0.1 / 4))
+
+
+def test_a_mark_found_on_the_paper_is_scored_apart_from_the_recognisers_evidence() -> None:
+    scores = {"Item one": -0.5, "- Item one": -20.0}
+    bullet = with_found_mark(scores.__getitem__, "•", at_start=True, confidence=0.9)
+    assert bullet is not None
+    assert bullet("• Item one") == pytest.approx(-0.5)
+    assert bullet("Item one") == pytest.approx(-0.5 + math.log(0.1))
+    assert bullet("- Item one") == pytest.approx(-20.0 + math.log(0.1))
+    assert with_found_mark(None, ":", at_start=False, confidence=0.9) is None
 
 
 def test_the_engine_scores_its_own_text_above_a_misread_once_asked_to_keep_evidence(

@@ -79,8 +79,9 @@ class SecondReader(Protocol):
     read should stop. The figures of a read go under `PageText.details[name]` (see details.py).
     A reader may carry `line_margin`, the paper round a line crop as a share of the line's height
     (pipeline/cascade.py; a quarter where it has none), `auto_keep`, the read a re-read line keeps
-    under `cascade.keep: auto` (`second` or `more_confident`, the surer; the surer where it has
-    none), `auto_max_changes`, the most characters a kept second read may change under
+    under `cascade.keep: auto` (`second`, `more_confident`, the surer, or `joint`; the surer where it
+    has none), `score_hints(on)` for `keep: joint` (pipeline/cascade.prepare_joint),
+    `auto_max_changes`, the most characters a kept second read may change under
     `cascade.max_changes: auto` (None: any; 3 where it has none), and `lines_together` with
     `read_lines(crops, deadline=..., hints=...)` -> one PageText per crop, to be sent a page's
     lines that many at a time, each with its hint (the VLM engine's line reader).

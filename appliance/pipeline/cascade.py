@@ -337,22 +337,22 @@ def takes_second(
 ) -> bool:
     """Whether a line read again takes its second read (`cascade.keep`, `cascade.max_changes`).
 
-    `more_confident` keeps the first read when it is at least as sure. `joint` keeps it when the
-    two readers together find it at least as likely (`joint_scores`), and is `more_confident` where
-    either reader left no score. `max_changes` keeps it when
+    `more_confident` keeps the first read when it is at least as sure. `joint` keeps it then too,
+    and also when the two readers together find it at least as likely (`joint_scores`; where either
+    left no score, `joint` is `more_confident`). A second reader out of its depth (a receipt line
+    reader on Chinese lines) finds the first read very unlikely and can carry the sum alone: its own
+    surer read is then still needed (bench/README.md). `max_changes` keeps it when
     the second read changes more characters than that: it may correct a line, not rewrite it. A
     second read that disagrees with most of a line was mostly reading something its crop does not
     hold well (a fragment of a word, decoration, another script), where the first read had the
     whole page round it (bench/README, "Corrections, not rewrites").
     """
+    if keep in ("more_confident", "joint") and again.confidence <= line.confidence:
+        return False
     if keep == "joint":
         scores = joint_scores(line, again, figures)
         if scores is not None and scores[1] <= scores[0]:
             return False
-        if scores is None and again.confidence <= line.confidence:
-            return False
-    if keep == "more_confident" and again.confidence <= line.confidence:
-        return False
     return max_changes is None or changed_characters(line.text, again.text) <= max_changes
 
 

@@ -58,10 +58,15 @@ class DocumentProcessor:
         self._cascade = (
             Cascade(reader, cascade) if reader is not None and cascade and cascade.mode != "off" else None
         )
-        # `keep: joint` needs both readers' scores: the first engine (an EnginePair's `first`) keeps
-        # its step evidence and the second reader scores its hints from now on.
-        joint = self._cascade is not None and self._cascade.keep == "joint"
-        if joint and not prepare_joint(getattr(engine, "first", engine), reader):
+        # `keep: joint` (lines only) needs both readers' scores: the first engine (an EnginePair's
+        # `first`) keeps its step evidence and the second reader scores its hints from now on.
+        if (
+            self._cascade is not None
+            and cascade is not None
+            and cascade.unit == "lines"
+            and self._cascade.keep == "joint"
+            and not prepare_joint(getattr(engine, "first", engine), reader)
+        ):
             log.warning("cascade.keep joint: a reader keeps no scores; its lines are kept by more_confident")
         self._rasterizer = rasterizer
         self._repair = repair or RepairConfig()

@@ -8,7 +8,9 @@ instead, a few kB; the probabilities stay a graph output, so the class count sti
 but a run that asks only for BEST_OUTPUTS never copies them. TopK keeps the lower index of equal
 values, as numpy's arg-max does, so the reads are the same. A third output, SPACE_OUTPUT, is the
 last class's probability at every step (PP-OCR heads put the space last): the spacing rule's
-evidence (spacing.py), one float a step.
+evidence (spacing.py), one float a step. EVIDENCE_OUTPUTS, asked for only where a cascade weighs
+reads by both readers (`keep: joint`), are each step's TOP_CLASSES likeliest classes with their
+probabilities and the blank's probability (step_evidence.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ BEST_SCORE = "ctc_best_score"
 BEST_INDEX = "ctc_best_index"
 BEST_OUTPUTS = [BEST_SCORE, BEST_INDEX]
 SPACE_OUTPUT = "ctc_last_class_probability"
+TOP_CLASSES = 4
+TOP_SCORES = "ctc_top_scores"
+TOP_INDICES = "ctc_top_indices"
+BLANK_OUTPUT = "ctc_blank_probability"
+EVIDENCE_OUTPUTS = [TOP_SCORES, TOP_INDICES, BLANK_OUTPUT]
+_TOP_K = "ctc_top_k"
+_BLANK = "ctc_blank_class"
 _K = "ctc_best_k"
 _LAST = "ctc_last_class"
 
@@ -53,11 +62,22 @@ def append_best_class(model: bytes | Path) -> bytes:
     graph.node.append(
         helper.make_node("Gather", [probabilities, _LAST], [SPACE_OUTPUT], axis=-1, name=SPACE_OUTPUT)
     )
+    graph.initializer.append(numpy_helper.from_array(np.array([TOP_CLASSES], dtype=np.int64), name=_TOP_K))
+    graph.node.append(
+        helper.make_node("TopK", [probabilities, _TOP_K], [TOP_SCORES, TOP_INDICES], axis=-1, name="ctc_top")
+    )
+    graph.initializer.append(numpy_helper.from_array(np.array(0, dtype=np.int64), name=_BLANK))
+    graph.node.append(
+        helper.make_node("Gather", [probabilities, _BLANK], [BLANK_OUTPUT], axis=-1, name=BLANK_OUTPUT)
+    )
     graph.output.extend(
         [
             helper.make_tensor_value_info(BEST_SCORE, onnx.TensorProto.FLOAT, None),
             helper.make_tensor_value_info(BEST_INDEX, onnx.TensorProto.INT64, None),
             helper.make_tensor_value_info(SPACE_OUTPUT, onnx.TensorProto.FLOAT, None),
+            helper.make_tensor_value_info(TOP_SCORES, onnx.TensorProto.FLOAT, None),
+            helper.make_tensor_value_info(TOP_INDICES, onnx.TensorProto.INT64, None),
+            helper.make_tensor_value_info(BLANK_OUTPUT, onnx.TensorProto.FLOAT, None),
         ]
     )
     return bytes(proto.SerializeToString())

@@ -12,14 +12,13 @@ words, figures rarely have a colon after them, and a stray mark after a price is
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import replace
 
 import cv2
 import numpy as np
 
 from appliance.engines.ppocr_onnx.spacing import CJK_START
+from appliance.engines.ppocr_onnx.step_evidence import with_found_mark
 from appliance.lines import Box, Line, Word
 
 # How far right of a line a lone colon may stand, in line heights, when no text comes first.
@@ -109,23 +108,6 @@ def ends_in_a_word(text: str) -> bool:
     return stripped[-1].isalpha() or stripped[-1] in ")."
 
 
-def _with_colon(likelihood: Callable[[str], float], confidence: float) -> Callable[[str], float]:
-    """A line's `likelihood` once a lone colon is added: the recogniser never saw the colon.
-
-    A text ending in a colon is scored without it; one without it pays for leaving out what was
-    found on the paper, as though the colon had been read at the line's confidence.
-    """
-    missing = math.log(max(1.0 - confidence, 1e-6))
-
-    def score(text: str) -> float:
-        stripped = text.rstrip()
-        if stripped.endswith(":"):
-            return likelihood(stripped[:-1].rstrip())
-        return likelihood(text) + missing
-
-    return score
-
-
 def add_lone_colons(grey: np.ndarray, lines: list[Line]) -> list[Line]:
     """The lines, each label followed by a lone colon getting ` :` and the colon as a word."""
     boxes = [line.box for line in lines]
@@ -145,7 +127,7 @@ def add_lone_colons(grey: np.ndarray, lines: list[Line]) -> list[Line]:
                 char_confidences=[*line.char_confidences, confidence, confidence],
                 words=[*line.words, Word(text=":", box=colon, confidence=confidence)],
                 box=(box[0], box[1], max(box[2], colon[2]), box[3]),
-                likelihood=None if line.likelihood is None else _with_colon(line.likelihood, confidence),
+                likelihood=with_found_mark(line.likelihood, ":", at_start=False, confidence=confidence),
             )
         )
     return result

@@ -16,14 +16,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from appliance.engines.ppocr_onnx.best_class import BEST_OUTPUTS, SPACE_OUTPUT, has_best_class
+from appliance.engines.ppocr_onnx.best_class import (
+    BEST_OUTPUTS,
+    EVIDENCE_OUTPUTS,
+    SPACE_OUTPUT,
+    TOP_CLASSES,
+    has_best_class,
+)
 from appliance.engines.ppocr_onnx.sessions import ModelSession
 from appliance.engines.ppocr_onnx.shapes import choose_width
 from appliance.engines.ppocr_onnx.step_evidence import StepEvidence, fold_keys
 from appliance.errors import ModelError
 
 _HEIGHT = 48
-_BEST_AND_SPACE = (*BEST_OUTPUTS, SPACE_OUTPUT)
+_BEST_AND_SPACE = (*BEST_OUTPUTS, SPACE_OUTPUT, *EVIDENCE_OUTPUTS)
 # PP-OCRv5's training width; narrower batches are padded to it. Measured on the first 20
 # receipts (geo-ordered CER): padding only to 160 px gives 6.22%, to 64 px 6.34%, against 6.08%
 # here, so the extra context is worth its cost in time.
@@ -170,15 +176,21 @@ class TextRecognizer:
         self._space_output = self._best and SPACE_OUTPUT in outputs and self._space == len(self._keys) - 1
         self._evidence_classes = 0
         self._folded = fold_keys(self._keys)
+        # The best-class graph's own likeliest classes a step, where it has them (best_class.py).
+        self._top_outputs = self._best and all(name in outputs for name in EVIDENCE_OUTPUTS)
 
     def keep_evidence(self, classes: int) -> bool:
         """Keep each read's `classes` likeliest classes a step (LineRead.evidence); 0 stops it.
 
-        Only a graph that answers every class's probability has them: on one that answers its best
-        class alone (the GPU's, best_class.py) nothing is kept, and this returns False.
+        A graph that answers only its best class a step (the GPU's) keeps its TOP_CLASSES where it
+        has them (best_class.EVIDENCE_OUTPUTS; not a branched session's); without them nothing
+        is kept, and this returns False.
         """
-        self._evidence_classes = 0 if self._best else max(0, classes)
-        return not self._best or classes == 0
+        if self._best:
+            self._evidence_classes = min(max(0, classes), TOP_CLASSES) if self._top_outputs else 0
+        else:
+            self._evidence_classes = max(0, classes)
+        return bool(self._evidence_classes) or classes == 0
 
     @property
     def keys(self) -> list[str]:
@@ -249,15 +261,32 @@ class TextRecognizer:
         # Blank rows added to fill a fixed batch are cut off here, unread.
         rows = len(crops)
         if self._best:
-            names = [*BEST_OUTPUTS, SPACE_OUTPUT] if self._space_output else BEST_OUTPUTS
-            scores, best, *space = session.run(names, {self._input: tensor})
-            spaces = space[0][:rows] if space else [None] * rows
-            return [
+            names = [*BEST_OUTPUTS, SPACE_OUTPUT] if self._space_output else list(BEST_OUTPUTS)
+            if self._evidence_classes:
+                names += EVIDENCE_OUTPUTS
+            fetched = dict(zip(names, session.run(names, {self._input: tensor}), strict=True))
+            scores, best = fetched[BEST_OUTPUTS[0]], fetched[BEST_OUTPUTS[1]]
+            space = fetched.get(SPACE_OUTPUT)
+            spaces = space[:rows] if space is not None else [None] * rows
+            reads = [
                 self._decode(row_best, row_scores, width, batch_width, row_space)
                 for row_best, row_scores, width, row_space in zip(
                     best[:rows], scores[:rows], widths, spaces, strict=True
                 )
             ]
+            if self._evidence_classes:
+                for row, (read, width) in enumerate(zip(reads, widths, strict=True)):
+                    steps = max(1, math.ceil(best.shape[1] * width / batch_width))
+                    blank = fetched[EVIDENCE_OUTPUTS[2]][row, :steps]
+                    if space is not None:
+                        blank = blank + space[row, :steps]  # the space counts as a blank (step_evidence.py)
+                    read.evidence = StepEvidence.of_top(
+                        fetched[EVIDENCE_OUTPUTS[1]][row, :steps],
+                        fetched[EVIDENCE_OUTPUTS[0]][row, :steps],
+                        blank,
+                        self._folded,
+                    )
+            return reads
         output = session.run(None, {self._input: tensor})[0][:rows]
         reads = []
         for probs, width in zip(output, widths, strict=True):

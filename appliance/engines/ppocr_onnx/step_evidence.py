@@ -15,7 +15,8 @@ counts neither.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,18 @@ class StepEvidence:
         rest = np.clip(1.0 - top_probabilities.sum(axis=1), 0.0, 1.0) / max(1, count - kept)
         blank = probabilities[:, folded == ""].sum(axis=1)
         return cls(folded[top], top_probabilities.astype(np.float64), rest, blank)
+
+    @classmethod
+    def of_top(
+        cls, classes: np.ndarray, probabilities: np.ndarray, blank: np.ndarray, folded: np.ndarray
+    ) -> StepEvidence:
+        """From a graph's own likeliest classes a step (best_class.EVIDENCE_OUTPUTS), as `of` keeps them.
+
+        `blank` is each step's blank and space probability together; `folded` as for `of`.
+        """
+        kept = classes.shape[1]
+        rest = np.clip(1.0 - probabilities.sum(axis=1), 0.0, 1.0) / max(1, len(folded) - kept)
+        return cls(folded[classes], probabilities.astype(np.float64), rest, blank.astype(np.float64))
 
     def log_likelihood(self, text: str) -> float:
         """The log-probability of `text` under CTC: summed over its characters' alignments to the steps."""
@@ -90,3 +103,28 @@ class StepEvidence:
 def fold_keys(keys: Sequence[str]) -> np.ndarray:
     """The class characters as StepEvidence compares them: small letters, "" for blank and space."""
     return np.array(["" if index == 0 or key.isspace() else key.lower() for index, key in enumerate(keys)])
+
+
+def with_found_mark(
+    likelihood: Callable[[str], float] | None, mark: str, *, at_start: bool, confidence: float
+) -> Callable[[str], float] | None:
+    """A line's `likelihood` once a mark found on the paper, not by the recogniser, is written at one end.
+
+    A lone colon after a label (lone_colons.py), a list bullet before the text (bullets.py): the
+    recogniser's evidence holds no such mark, and would count it against any text that has it. A
+    text with the mark at that end is scored without it; one without it pays for leaving out what
+    was found, as though the mark had been read at the line's `confidence`.
+    """
+    if likelihood is None:
+        return None
+    missing = math.log(max(1.0 - confidence, 1e-6))
+
+    def score(text: str) -> float:
+        stripped = text.strip()
+        if at_start and stripped.startswith(mark):
+            return likelihood(stripped[len(mark) :].lstrip())
+        if not at_start and stripped.endswith(mark):
+            return likelihood(stripped[: -len(mark)].rstrip())
+        return likelihood(text) + missing
+
+    return score
