@@ -146,3 +146,19 @@ def test_a_profile_reads_through_the_onnx_reader_end_to_end(tmp_path: Path) -> N
 def test_the_old_keys_explicit_null_still_loads_as_no_second_reader() -> None:
     config = parse_config({"engine": {"ppocr_onnx": {"second_reader": None, "preset": "fast"}}})
     assert config.engine.ppocr_onnx.preset == "fast" and config.engine.second_readers() == ()
+
+
+def test_the_reader_keeps_step_evidence_when_asked_and_scores_its_own_read_highest(
+    reader: OnnxLineReader,
+) -> None:
+    page = rendering.receipt()
+    box = page.lines[0].box
+    crop = page.bgr()[int(box[1]) - 4 : int(box[3]) + 4, max(0, int(box[0]) - 4) : int(box[2]) + 4]
+    assert reader.read(crop).lines[0].likelihood is None
+    assert reader.keep_step_evidence(4)
+    try:
+        line = reader.read(crop).lines[0]
+    finally:
+        reader.keep_step_evidence(0)
+    assert line.likelihood is not None
+    assert line.likelihood(line.text) > line.likelihood(line.text.replace(line.text[0], "#", 1)) + 3

@@ -80,6 +80,12 @@ class OnnxLineReader:
             session, dictionary(paths), 1, config.rec_min_width
         )
 
+    def keep_step_evidence(self, classes: int) -> bool:
+        """Give each line read from now on its `likelihood`, as the engine's (0 stops it)."""
+        if self._recognizer is None:
+            raise RuntimeError("the onnx_reader is closed")
+        return self._recognizer.keep_evidence(classes)
+
     def read(self, image: np.ndarray, hint: str | None = None, deadline: float | None = None) -> PageText:
         """Read one line crop (BGR) as one line; `hint` and `deadline` go unused (one run is short)."""
         if self._recognizer is None:
@@ -91,11 +97,11 @@ class OnnxLineReader:
         read = restore_spaces(strip_read(self._recognizer.recognize([crop])[0]), crop, self._space_gap)
         elapsed = (time.perf_counter() - started) * 1000
         height, width = image.shape[:2]
-        lines = (
-            [make_line(read.text, read.confidences, (0.0, 0.0, float(width), float(height)), self.name)]
-            if read.text
-            else []
-        )
+        lines = []
+        if read.text:
+            line = make_line(read.text, read.confidences, (0.0, 0.0, float(width), float(height)), self.name)
+            line.likelihood = read.evidence.log_likelihood if read.evidence is not None else None
+            lines.append(line)
         return PageText(lines=lines, timings_ms={"rec2": elapsed}, details={self.name: {"lines_read": 1}})
 
     def describe(self) -> dict[str, Any]:
