@@ -5,6 +5,7 @@ OCR_APPLIANCE_TEST_VLM_DEVICE=gpu runs the same tests fully offloaded (a CUDA bu
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,8 @@ from appliance.config import CascadeConfig, RasterizeConfig, VlmGgufConfig
 from appliance.engines.base import PageText
 from appliance.engines.factory import EnginePair
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.vlm_gguf import runtime
+from appliance.engines.vlm_gguf.decoding import DecodeStats, Generation, text_log_likelihood
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.engines.vlm_gguf.gguf_manifest import write_vlm_manifest
 from appliance.engines.vlm_gguf.line_image import LineInput
@@ -29,6 +32,7 @@ from appliance.pipeline.cascade import Cascade
 from appliance.pipeline.process import DocumentProcessor
 from appliance.pipeline.rasterize import Rasterizer
 from tests import rendering
+from tests.fakes.language_model import MarkovModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vlm"
 FAMILIES = ("qwen2vl", "smolvlm", "paddleocr_vl", "lightonocr")
@@ -640,3 +644,80 @@ def test_a_line_cascade_keeping_both_readers_scores_asks_each_real_reader_for_th
         assert not page_reader.score_hints(True)
     finally:
         page_reader.close()
+
+
+class _ScoredModel:
+    """A llama.cpp model's vocabulary as _hint_scores uses it: one character a token, 0 the end."""
+
+    n_vocab = 50
+
+    def tokenize(self, text: str) -> list[int]:
+        return [1 + (ord(char) % 48) for char in text]
+
+    def piece(self, token: int) -> bytes:
+        return chr(ord("0") + token - 1).encode() if token else b""
+
+    def is_end(self, token: int) -> bool:
+        return token == 0
+
+
+class _ScoredContext:
+    """Sequences past their prompts whose rows come from MarkovModels: feed, forget, or run out of room."""
+
+    def __init__(self, room: int = 100) -> None:
+        self.models = {0: MarkovModel(seed=3), 1: MarkovModel(seed=4)}
+        self.forgotten: list[tuple[int, int]] = []
+        self.room = room
+
+    def forget(self, sequence: int, position: int) -> None:
+        self.forgotten.append((sequence, position))
+
+    def feed_sequences(
+        self, parts: list[tuple[int, int, list[int]]], every_row: bool = False
+    ) -> list[np.ndarray]:
+        if sum(len(tokens) for _, _, tokens in parts) > self.room:
+            raise runtime.OutOfMemoryError("llama_decode failed with status 1")
+        return [self.models[sequence].append(tokens) for sequence, _, tokens in parts]
+
+
+def _scoring_engine() -> VlmGgufEngine:
+    engine = object.__new__(VlmGgufEngine)  # what _hint_scores needs of a loaded line reader
+    engine._score_hints = True
+    engine._model = _ScoredModel()  # type: ignore[assignment]
+    engine._end_tokens = None
+    return engine
+
+
+def _ended(tokens: list[int], end: float = 0.5) -> Generation:
+    return Generation(tokens, [0.9] * len(tokens), "end", DecodeStats(source="none"), end)
+
+
+def test_a_hint_that_differs_is_scored_on_its_lines_place_and_one_that_agrees_costs_nothing() -> None:
+    engine, context = _scoring_engine(), _ScoredContext()
+    model = _ScoredModel()
+    first = [np.random.default_rng(seed).standard_normal(50).astype(np.float32) for seed in (0, 1)]
+    own = [model.tokenize("12"), model.tokenize("34")]
+    places = [(0, 20, first[0]), (1, 30, first[1])]
+    scores = engine._hint_scores(context, places, [_ended(own[0]), _ended(own[1])], ["12", "39"])  # type: ignore[arg-type]
+    expected_own = 2 * math.log(0.9) + math.log(0.5)
+    assert scores[0] == {
+        "read_log_likelihood": pytest.approx(expected_own),
+        "hint_log_likelihood": pytest.approx(expected_own),
+    }
+    # Only the line whose hint differs is fed again, from the end of its own prompt.
+    assert context.forgotten == [(1, 30)]
+    rows = MarkovModel(seed=4).append(model.tokenize("39"))
+    assert scores[1]["hint_log_likelihood"] == pytest.approx(
+        text_log_likelihood(np.vstack([first[1][None, :], rows]), model.tokenize("39"), [0])
+    )
+    assert scores[1]["read_log_likelihood"] == pytest.approx(expected_own)
+
+
+def test_hints_past_the_contexts_room_leave_the_reads_unscored_against_them() -> None:
+    engine, context = _scoring_engine(), _ScoredContext(room=1)
+    first = np.zeros(50, dtype=np.float32)
+    cut = Generation([1, 2], [0.9, 0.9], "max_tokens", DecodeStats(source="none"))
+    scores = engine._hint_scores(context, [(0, 5, first), (1, 5, first)], [_ended([3]), cut], ["77", "88"])  # type: ignore[arg-type]
+    assert scores == [{"read_log_likelihood": pytest.approx(math.log(0.9) + math.log(0.5))}, {}]
+    engine._score_hints = False
+    assert engine._hint_scores(context, [(0, 5, first)], [_ended([3])], ["77"]) == [{}]  # type: ignore[arg-type]

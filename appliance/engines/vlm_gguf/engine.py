@@ -521,15 +521,20 @@ class VlmGgufEngine:
             context.forget(sequence, position)
             parts.append((sequence, position, tokens))
             wanted.append(index)
-        if parts:
+        if not parts:
+            return scores
+        try:
             rows = context.feed_sequences(parts, every_row=True)
-            if self._end_tokens is None:
-                self._end_tokens = [
-                    token for token in range(self._model.n_vocab) if self._model.is_end(token)
-                ]
-            for index, (_, _, tokens), line_rows in zip(wanted, parts, rows, strict=True):
-                logits = np.vstack([places[index][2][None, :], line_rows])
-                scores[index]["hint_log_likelihood"] = text_log_likelihood(logits, tokens, self._end_tokens)
+        except runtime.OutOfMemoryError as error:
+            # A hint past the context's room: the reads stand, and their lines are kept by how sure
+            # each reader is (the cascade's `joint` needs both scores).
+            log.warning("hints not scored: %s", error)
+            return scores
+        if self._end_tokens is None:
+            self._end_tokens = [token for token in range(self._model.n_vocab) if self._model.is_end(token)]
+        for index, (_, _, tokens), line_rows in zip(wanted, parts, rows, strict=True):
+            logits = np.vstack([places[index][2][None, :], line_rows])
+            scores[index]["hint_log_likelihood"] = text_log_likelihood(logits, tokens, self._end_tokens)
         return scores
 
     def _page_read(
