@@ -100,7 +100,10 @@ def test_start_refuses_a_run_from_random_weights_unless_told(tmp_path: Path) -> 
     assert not (tmp_path / "box" / "run.log").exists()  # nothing started
     named = _box(checkout, env, "start", "--init-from=/tmp/box/init/hf_bf16", "--lr", "3e-5")
     assert named.returncode == 0, named.stderr
-    assert _box(checkout, {**env, "FROM_SCRATCH": "1"}, "start", "--lr", "1e-3").returncode == 0
+    # The next start clears what this run writes: it waits for the run to end (`finish`), as on a box.
+    assert _box(checkout, env, "finish").returncode == 0
+    scratch = _box(checkout, {**env, "FROM_SCRATCH": "1"}, "start", "--lr", "1e-3")
+    assert scratch.returncode == 0, scratch.stderr
 
 
 def test_init_starts_from_export_parts_stashed_over_several_calls(tmp_path: Path) -> None:
