@@ -69,3 +69,25 @@ def test_a_banner_of_asterisks_gets_no_bullet() -> None:
     assert find_bullet(crop) is None
     crop, _ = item_line("*GOODS SOLD ARE NOT RETURNABLE*", None, str(LATIN_FONT))
     assert find_bullet(crop) is None
+
+
+def test_a_written_bullet_is_scored_as_what_the_recogniser_read_there() -> None:
+    scores = {"combinedmainserver": -1.0, "·combinedmainserver": -0.5, "-combinedmainserver": -9.0}
+
+    def likelihood(text: str) -> float:
+        return scores["".join(text.split())]
+
+    crop, start = item_line("combined main server", "disc", str(LATIN_FONT))
+    read = read_of("combined main server", crop, start)
+    skipped = restore_bullet(LineRead(read.text, read.confidences, read.positions, None, likelihood), crop)
+    assert skipped.likelihood is not None
+    # The recogniser read nothing for the bullet: a text with it is scored without it.
+    assert skipped.likelihood(f"{BULLET} combined main server") == -1.0
+    crop, _ = item_line("combined main server", "square", str(LATIN_FONT))
+    read = read_of("·combined main server", crop, 8)
+    mended = restore_bullet(LineRead(read.text, read.confidences, read.positions, None, likelihood), crop)
+    assert mended.text.startswith(BULLET) and mended.likelihood is not None
+    # It read the bullet as `·`: a text with the bullet is scored as that read, one with another
+    # mark for it as that mark, less the bullet found on the paper.
+    assert mended.likelihood(f"{BULLET}combined main server") == -0.5
+    assert mended.likelihood("- combined main server") < -9.0

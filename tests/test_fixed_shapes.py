@@ -427,11 +427,9 @@ def test_best_class_output_reads_the_same_as_the_probabilities() -> None:
         assert mine.confidences == pytest.approx(theirs.confidences)
         assert mine.positions == theirs.positions
         # The cascade's `keep: joint` evidence too (to a hundredth, float32 sums): the top classes.
-        assert mine.evidence is not None and theirs.evidence is not None
+        assert mine.likelihood is not None and theirs.likelihood is not None
         for text in (theirs.text, theirs.text[:-1] + "#", "CASH"):
-            assert mine.evidence.log_likelihood(text) == pytest.approx(
-                theirs.evidence.log_likelihood(text), rel=1e-4, abs=0.01
-            )
+            assert mine.likelihood(text) == pytest.approx(theirs.likelihood(text), rel=1e-4, abs=0.01)
 
 
 def test_auto_takes_fixed_shapes_and_one_line_thread_only_where_cuda_can_start(

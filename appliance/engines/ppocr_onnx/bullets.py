@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from appliance.engines.ppocr_onnx.recognition import LineRead
+from appliance.engines.ppocr_onnx.step_evidence import with_found_mark
 
 BULLET = "•"
 # Marks smaller than this share of the crop's height (both ways) are specks, not glyphs.
@@ -69,8 +70,12 @@ def restore_bullet(read: LineRead, crop: np.ndarray) -> LineRead:
     if read.positions[0] * width < end:
         # The recogniser wrote something for the bullet itself: only its usual misreads are mended.
         if read.text[0] in _MISREAD:
+            # The recogniser's evidence holds the misread: a text with the bullet is scored with it.
+            likelihood = with_found_mark(
+                read.likelihood, BULLET, at_start=True, confidence=read.confidence, read_as=read.text[0]
+            )
             return LineRead(
-                BULLET + read.text[1:], read.confidences, read.positions, read.space_before, read.evidence
+                BULLET + read.text[1:], read.confidences, read.positions, read.space_before, likelihood
             )
         return read
     confidence = float(np.mean(read.confidences))
@@ -80,5 +85,5 @@ def restore_bullet(read: LineRead, crop: np.ndarray) -> LineRead:
         [confidence, confidence, *read.confidences],
         [centre, (centre + read.positions[0]) / 2, *read.positions],
         None if read.space_before is None else [0.0, 0.0, *read.space_before],
-        read.evidence,
+        with_found_mark(read.likelihood, BULLET, at_start=True, confidence=confidence),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -31,7 +31,7 @@ from appliance.engines.ppocr_onnx.best_class import (
     append_best_class,
     head_classes,
 )
-from appliance.engines.ppocr_onnx.bullets import BULLET, restore_bullet
+from appliance.engines.ppocr_onnx.bullets import restore_bullet
 from appliance.engines.ppocr_onnx.charset import charset_classes, load_charset
 from appliance.engines.ppocr_onnx.detection import MEAN, STD, TextDetector
 from appliance.engines.ppocr_onnx.geometry import quad_to_box, quad_to_polygon, span_box, thinned
@@ -53,7 +53,6 @@ from appliance.engines.ppocr_onnx.sessions import (
 from appliance.engines.ppocr_onnx.shape_branches import ShapeBranch, branched_model
 from appliance.engines.ppocr_onnx.shapes import detector_buckets, line_widths
 from appliance.engines.ppocr_onnx.spacing import restore_spaces
-from appliance.engines.ppocr_onnx.step_evidence import with_found_mark
 from appliance.errors import ModelError
 
 _Shape = TypeVar("_Shape", bound=Hashable)  # a detector bucket (height, width) or a line width
@@ -170,17 +169,6 @@ def line_threads(config: PpocrOnnxConfig) -> int:
     if config.intra_op_threads:
         return config.intra_op_threads
     return len(os.sched_getaffinity(0))  # the cores this process may use, not the machine's
-
-
-def _likelihood(read: LineRead) -> Callable[[str], float] | None:
-    """How likely any text of the line is to the recogniser, where it kept its evidence (Line.likelihood)."""
-    if read.evidence is None:
-        return None
-    if read.text.startswith(BULLET):  # restore_bullet's: found on the paper, not read
-        return with_found_mark(
-            read.evidence.log_likelihood, BULLET, at_start=True, confidence=read.confidence
-        )
-    return read.evidence.log_likelihood
 
 
 def _confident(read: LineRead) -> bool:
@@ -536,7 +524,7 @@ class PpocrOnnxEngine:
                     words=_words(read, quad, turned_90, is_flipped),
                     rotated_180=is_flipped,
                     engine=self.name,
-                    likelihood=_likelihood(read),
+                    likelihood=read.likelihood,
                 )
             )
         if self._config.lone_colons and lines:

@@ -38,7 +38,7 @@ def strip_read(read: LineRead) -> LineRead:
         read.confidences[start:end],
         read.positions[start:end],
         space_before,
-        read.evidence,
+        read.likelihood,
     )
 
 
@@ -100,7 +100,7 @@ class OnnxLineReader:
         lines = []
         if read.text:
             line = make_line(read.text, read.confidences, (0.0, 0.0, float(width), float(height)), self.name)
-            line.likelihood = read.evidence.log_likelihood if read.evidence is not None else None
+            line.likelihood = read.likelihood
             lines.append(line)
         return PageText(lines=lines, timings_ms={"rec2": elapsed}, details={self.name: {"lines_read": 1}})
 

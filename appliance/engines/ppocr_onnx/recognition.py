@@ -8,7 +8,7 @@ sits (for word boxes in hOCR/ALTO), with batches grouped by width so padding sta
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from appliance.engines.ppocr_onnx.step_evidence import StepEvidence, fold_keys
 from appliance.errors import ModelError
 
 _HEIGHT = 48
-_BEST_AND_SPACE = (*BEST_OUTPUTS, SPACE_OUTPUT, *EVIDENCE_OUTPUTS)
+_DERIVED_OUTPUTS = (*BEST_OUTPUTS, SPACE_OUTPUT, *EVIDENCE_OUTPUTS)
 # PP-OCRv5's training width; narrower batches are padded to it. Measured on the first 20
 # receipts (geo-ordered CER): padding only to 160 px gives 6.22%, to 64 px 6.34%, against 6.08%
 # here, so the extra context is worth its cost in time.
@@ -43,15 +43,15 @@ class LineRead:
     `space_before[i]`: the highest probability the recogniser gave the space class on the steps
     between character i-1 and character i (0 for the first character); None where the head has
     no space class (a charset without one), or, with best_class.py's outputs, not as its last class.
-    `evidence`: the likeliest classes at each step, where the recogniser was asked to keep them
-    (`TextRecognizer.keep_evidence`): how likely another reader's text of the line is to it.
+    `likelihood`: how likely another reader's text of the line is to the recogniser (log P), from
+    the likeliest classes it kept at each step where it was asked to (`TextRecognizer.keep_evidence`).
     """
 
     text: str
     confidences: list[float]
     positions: list[float]
     space_before: list[float] | None = None
-    evidence: StepEvidence | None = None
+    likelihood: Callable[[str], float] | None = None
 
     @property
     def confidence(self) -> float:
@@ -157,7 +157,7 @@ class TextRecognizer:
         # A graph with best_class.append_best_class's outputs hands back one class per step.
         self._best = has_best_class([output.name for output in session.get_outputs()])
         self._batch_size = batch_size
-        probabilities = [output for output in session.get_outputs() if output.name not in _BEST_AND_SPACE]
+        probabilities = [output for output in session.get_outputs() if output.name not in _DERIVED_OUTPUTS]
         head = probabilities[0].shape[-1] if probabilities else classes
         if not isinstance(head, int):
             if not probabilities:
@@ -180,7 +180,7 @@ class TextRecognizer:
         self._top_outputs = self._best and all(name in outputs for name in EVIDENCE_OUTPUTS)
 
     def keep_evidence(self, classes: int) -> bool:
-        """Keep each read's `classes` likeliest classes a step (LineRead.evidence); 0 stops it.
+        """Keep each read's `classes` likeliest classes a step (LineRead.likelihood); 0 stops it.
 
         A graph that answers only its best class a step (the GPU's) keeps its TOP_CLASSES where it
         has them (best_class.EVIDENCE_OUTPUTS; not a branched session's); without them nothing
@@ -280,12 +280,12 @@ class TextRecognizer:
                     blank = fetched[EVIDENCE_OUTPUTS[2]][row, :steps]
                     if space is not None:
                         blank = blank + space[row, :steps]  # the space counts as a blank (step_evidence.py)
-                    read.evidence = StepEvidence.of_top(
+                    read.likelihood = StepEvidence.of_top(
                         fetched[EVIDENCE_OUTPUTS[1]][row, :steps],
                         fetched[EVIDENCE_OUTPUTS[0]][row, :steps],
                         blank,
                         self._folded,
-                    )
+                    ).log_likelihood
             return reads
         output = session.run(None, {self._input: tensor})[0][:rows]
         reads = []
@@ -297,7 +297,8 @@ class TextRecognizer:
             if self._evidence_classes:
                 # The line's own steps: those over the batch's padding on its right read nothing.
                 steps = max(1, math.ceil(len(probs) * width / batch_width))
-                read.evidence = StepEvidence.of(probs[:steps], self._folded, self._evidence_classes)
+                evidence = StepEvidence.of(probs[:steps], self._folded, self._evidence_classes)
+                read.likelihood = evidence.log_likelihood
             reads.append(read)
         return reads
 

@@ -112,4 +112,4 @@ def restore_spaces(read: LineRead, crop: np.ndarray, min_gap: float) -> LineRead
             space_before.append(hints[index])
     if len(chars) == len(text):
         return read
-    return LineRead("".join(chars), confidences, positions, space_before, read.evidence)
+    return LineRead("".join(chars), confidences, positions, space_before, read.likelihood)

@@ -106,14 +106,20 @@ def fold_keys(keys: Sequence[str]) -> np.ndarray:
 
 
 def with_found_mark(
-    likelihood: Callable[[str], float] | None, mark: str, *, at_start: bool, confidence: float
+    likelihood: Callable[[str], float] | None,
+    mark: str,
+    *,
+    at_start: bool,
+    confidence: float,
+    read_as: str = "",
 ) -> Callable[[str], float] | None:
     """A line's `likelihood` once a mark found on the paper, not by the recogniser, is written at one end.
 
     A lone colon after a label (lone_colons.py), a list bullet before the text (bullets.py): the
     recogniser's evidence holds no such mark, and would count it against any text that has it. A
-    text with the mark at that end is scored without it; one without it pays for leaving out what
-    was found, as though the mark had been read at the line's `confidence`.
+    text with the mark at that end is scored with `read_as` in its place (what the recogniser read
+    there: nothing, or the misread a bullet replaced); one without it pays for leaving out what was
+    found, as though the mark had been read at the line's `confidence`.
     """
     if likelihood is None:
         return None
@@ -122,9 +128,9 @@ def with_found_mark(
     def score(text: str) -> float:
         stripped = text.strip()
         if at_start and stripped.startswith(mark):
-            return likelihood(stripped[len(mark) :].lstrip())
+            return likelihood(read_as + stripped[len(mark) :].lstrip())
         if not at_start and stripped.endswith(mark):
-            return likelihood(stripped[: -len(mark)].rstrip())
+            return likelihood(stripped[: -len(mark)].rstrip() + read_as)
         return likelihood(text) + missing
 
     return score
