@@ -17,7 +17,7 @@ on how many lines the read kept is not the ONNX text (`not_onnx`); for each `--t
 VLM's milliseconds a line (its reads and scoring, and of it decoding), read again without scoring
 with `--unscored`, and the card's memory at most (nvidia-smi, on a GPU).
 
-`--save-onnx` writes the ONNX reads with their evidence (npz) and `--onnx` reads them back, so a
+`--save-onnx` writes the ONNX reads with their evidence (a pickle) and `--onnx` reads them back, so a
 GPU machine needs neither onnxruntime nor the ONNX models to measure the VLM.
 """
 
@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from appliance.config import OnnxReaderConfig, VlmGgufConfig
+from appliance.engines.base import PageText
 from appliance.engines.details import ReadFigures
-from appliance.engines.ppocr_onnx.step_evidence import StepEvidence
 from appliance.engines.text_lines import make_line
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.lines import Line
@@ -43,7 +43,7 @@ from train.eval_lines import cer, edit_count
 from train.make_crops import read_crops
 
 RULES = ("second", "more_confident", "joint")
-_EVIDENCE = ("chars", "probabilities", "rest", "blank")
+VLM = VlmGgufEngine.name
 
 
 def onnx_lines(crops: list[tuple[str, np.ndarray, str]]) -> list[Line]:
@@ -65,48 +65,22 @@ def onnx_lines(crops: list[tuple[str, np.ndarray, str]]) -> list[Line]:
 
 
 def save_onnx(path: Path, lines: list[Line]) -> None:
-    """The lines' texts, confidences and evidence, one array each over all lines, with their bounds."""
-    evidence = [_evidence_of(line) for line in lines]
-    steps = np.cumsum([0, *(len(e.blank) if e is not None else 0 for e in evidence)])
-    chars = np.cumsum([0, *(len(line.char_confidences) for line in lines)])
-    kept = [e for e in evidence if e is not None]
-    arrays: dict[str, Any] = {
-        "texts": np.array([line.text for line in lines]),
-        "confidences": np.array([c for line in lines for c in line.char_confidences], dtype=np.float64),
-        "char_bounds": chars,
-        "step_bounds": steps,
-        "has_evidence": np.array([e is not None for e in evidence]),
-    }
-    for name in _EVIDENCE:
-        parts = [getattr(e, name) for e in kept]
-        arrays[name] = np.concatenate(parts) if parts else np.zeros(0)
-    np.savez_compressed(path, **arrays)
+    """The lines' texts, confidences and likelihoods (bound methods of their StepEvidence: picklable)."""
+    path.write_bytes(pickle.dumps([(line.text, line.char_confidences, line.likelihood) for line in lines]))
 
 
 def load_onnx(path: Path, crops: list[tuple[str, np.ndarray, str]]) -> list[Line]:
-    saved = np.load(path)
-    if len(saved["texts"]) != len(crops):
-        raise SystemExit(f"{path} holds {len(saved['texts'])} reads, the crops are {len(crops)}")
+    """The lines `save_onnx` wrote (a file this bench wrote itself: pickle runs what it holds)."""
+    saved = pickle.loads(path.read_bytes())
+    if len(saved) != len(crops):
+        raise SystemExit(f"{path} holds {len(saved)} reads, the crops are {len(crops)}")
     lines = []
-    for index, (_, crop, _) in enumerate(crops):
+    for (text, confidences, likelihood), (_, crop, _) in zip(saved, crops, strict=True):
         height, width = crop.shape[:2]
-        first, last = saved["char_bounds"][index : index + 2]
-        confidences = saved["confidences"][first:last].tolist()
-        line = make_line(
-            str(saved["texts"][index]), confidences, (0.0, 0.0, float(width), float(height)), "onnx_reader"
-        )
-        if saved["has_evidence"][index]:
-            start, end = saved["step_bounds"][index : index + 2]
-            evidence = StepEvidence(*(saved[name][start:end] for name in _EVIDENCE))
-            line.likelihood = evidence.log_likelihood
+        line = make_line(text, confidences, (0.0, 0.0, float(width), float(height)), "onnx_reader")
+        line.likelihood = likelihood
         lines.append(line)
     return lines
-
-
-def _evidence_of(line: Line) -> StepEvidence | None:
-    """The StepEvidence behind a line's likelihood (the bound method's object), if it has one."""
-    owner = getattr(line.likelihood, "__self__", None)
-    return owner if isinstance(owner, StepEvidence) else None
 
 
 def read_with_vlm(
@@ -115,7 +89,7 @@ def read_with_vlm(
     hints: list[str],
     together: int,
     scored: bool,
-) -> tuple[list[Any], dict[str, float], VlmGgufEngine]:
+) -> tuple[list[PageText], dict[str, float]]:
     """The VLM's PageText of each crop, read `together` at a time, and its milliseconds a line."""
     engine = VlmGgufEngine(
         VlmGgufConfig.model_validate(
@@ -134,8 +108,8 @@ def read_with_vlm(
     pages = engine.read_lines([crop for _, crop, _ in crops], hints=hints)
     seconds = time.perf_counter() - started
     engine.close()
-    decode = sum(float(page.details[engine.name]["decode_ms"]) for page in pages)
-    return pages, {"ms_a_line": 1000 * seconds / len(crops), "decode_ms_a_line": decode / len(crops)}, engine
+    decode = sum(float(page.details[VLM]["decode_ms"]) for page in pages)
+    return pages, {"ms_a_line": 1000 * seconds / len(crops), "decode_ms_a_line": decode / len(crops)}
 
 
 def main() -> None:
@@ -147,7 +121,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
     parser.add_argument("--together", type=int, nargs="+", default=[8])
     parser.add_argument("--unscored", action="store_true", help="also time each size's reads without scoring")
-    parser.add_argument("--save-onnx", type=Path, help="write the ONNX reads and their evidence here (npz)")
+    parser.add_argument("--save-onnx", type=Path, help="write the ONNX reads and their evidence here")
     parser.add_argument("--onnx", type=Path, help="ONNX reads written by --save-onnx: no ONNX run")
     parser.add_argument("--json", type=Path, dest="json_out")
     args = parser.parse_args()
@@ -166,25 +140,24 @@ def main() -> None:
     if sampler is not None:
         sampler.start()
     timings: dict[str, dict[str, float]] = {}
-    pages: list[Any] = []
-    name, max_changes = "vlm_gguf", None
+    pages: list[PageText] = []
     for size in args.together:
-        read, timings[f"{size} together"], engine = read_with_vlm(args, crops, hints, size, True)
-        if not pages:
-            pages, name, max_changes = read, engine.name, max_changes_for("auto", engine)
+        read, timings[f"{size} together"] = read_with_vlm(args, crops, hints, size, True)
+        pages = pages or read  # the rules are applied to the first size's reads
         if args.unscored:
-            _, timings[f"{size} together, unscored"], _ = read_with_vlm(args, crops, hints, size, False)
+            _, timings[f"{size} together, unscored"] = read_with_vlm(args, crops, hints, size, False)
+    max_changes = max_changes_for("auto", VlmGgufEngine)
     gpu_peak = sampler.stop() if sampler is not None else None
 
     truths = [truth for _, _, truth in crops]
     kept: dict[str, list[str]] = {"onnx": hints, "vlm": []}
     kept.update({rule: [] for rule in RULES})
     for first, page in zip(firsts, pages, strict=True):
-        figures = ReadFigures.of(page.details, name)
+        figures = ReadFigures.of(page.details, VLM)
         text = " ".join(line.text for line in page.lines).strip()
         kept["vlm"].append(text)
         usable = figures is not None and not figures.cut_short and bool(text)
-        again = line_read_again(page.lines, first, name) if usable else None
+        again = line_read_again(page.lines, first, VLM) if usable else None
         for rule in RULES:
             taken = again is not None and takes_second(first, again, rule, max_changes, figures)
             kept[rule].append(again.text if taken and again is not None else first.text)

@@ -27,8 +27,9 @@ MIN_MATCH = 60.0
 # VLM read that changed four characters or more of the ONNX text made the page worse far more
 # often than better (bench/README, "Corrections, not rewrites").
 AUTO_MAX_CHANGES = 3
-# The likeliest classes a CTC step keeps for `keep: joint` (ppocr_onnx/step_evidence.py): on the
-# receipts' line crops, 4 chose as the full distribution did to 0.01 points of CER.
+# The likeliest classes a CTC step keeps for `keep: joint` (ppocr_onnx/step_evidence.py): what
+# the GPU's graph answers (best_class.TOP_CLASSES, which caps it there); what they leave of a step's
+# probability is shared evenly among the other classes.
 JOINT_EVIDENCE_CLASSES = 4
 
 
