@@ -4,7 +4,8 @@ Usage:
     python -m bench.daemon_pages [--workers N] [--provider cpu|cuda|auto] [--preset auto|accurate|fast]
         [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
         [--det-shares S,S] [--cublas-workspace :KiB:N|null] [--formats json,text] [--copies N]
-        [--timeout S] DATA_DIR [DATA_DIR ...]
+        [--vlm-model-dir DIR [--cascade-mode always|below_threshold] [--cascade-keep RULE]
+         [--cascade-min-confidence C] [--lines-together N]] [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
 folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
@@ -17,6 +18,11 @@ is one page. `cpu` says where the host's time went over the same span: how busy 
 cores were, the CPU milliseconds a page of the daemon's main process, of its workers and of its
 session server, and how busy the server's runners were (the share of their time inside a model
 run): runners near 1.0 bound the pages a second, cores near 1.0 the host's work does.
+
+`--vlm-model-dir` loads a GGUF line reader (`engine.vlm_gguf`, each worker its own) and gives the
+folder's profile a line cascade (`unit: lines`, `--cascade-mode`, `--cascade-keep`): the report
+then also sums, over the pages' JSON results, the pages the cascade sent lines from, the lines it
+sent and the lines whose VLM read stands (`cascade`).
 
 `--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a comment in
 it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon issues the
@@ -37,8 +43,9 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from appliance.config import CascadeConfig, VlmGgufConfig
 from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
 from appliance.session_server_keeper import SOCKET_NAME
 from bench import child_process
@@ -111,7 +118,29 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
         config["jobs"]["per_worker"] = args.per_worker
     if args.formats:
         config["outputs"] = {"formats": args.formats.split(",")}
+    if args.vlm_model_dir:
+        engine["vlm_gguf"] = {"model_dir": str(args.vlm_model_dir), "lines_together": args.lines_together}
+        cascade = {
+            "mode": args.cascade_mode,
+            "unit": "lines",
+            "keep": args.cascade_keep,
+            "min_confidence": args.cascade_min_confidence,
+        }
+        config["profiles"] = {"default": {"cascade": cascade}}
     return json.dumps(config, indent=1)  # JSON is YAML
+
+
+def cascade_totals(out: Path) -> dict[str, int]:
+    """Pages the cascade sent lines from, lines sent and lines whose second read stands, over out/*.json."""
+    totals = {"pages_sending": 0, "lines_sent": 0, "lines_replaced": 0}
+    for result in out.glob("*.json"):
+        for page in json.loads(result.read_text(encoding="utf-8")).get("pages", []):
+            record = page.get("engine_details", {}).get("cascade", {})
+            sent = int(record.get("lines_sent", 0))
+            totals["pages_sending"] += sent > 0
+            totals["lines_sent"] += sent
+            totals["lines_replaced"] += int(record.get("lines_replaced", 0))
+    return totals
 
 
 def journal_rows(journal: Path) -> list[tuple[str, float, float, int, bool]]:
@@ -254,6 +283,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         report["pages_per_s"] = round(len(finished) / span, 2) if span > 0 else None
     if first is not None and last is not None:
         report["cpu"] = host_report(first, last, daemon.pid)
+    if args.vlm_model_dir:
+        report["cascade"] = {
+            "mode": args.cascade_mode,
+            "keep": args.cascade_keep,
+            "min_confidence": args.cascade_min_confidence,
+            "lines_together": args.lines_together,
+            **cascade_totals(root / "out"),
+        }
     if peak is not None:
         report["gpu_mib_before"] = before
         report["gpu_mib_peak"] = peak
@@ -282,6 +319,19 @@ def main() -> None:
         "--formats", default="", help="output formats, comma-separated (default: the config's)"
     )
     parser.add_argument("--copies", type=int, default=1, help="distinct copies of each image dropped")
+    parser.add_argument(
+        "--vlm-model-dir", type=Path, help="a GGUF line reader: the profile gets a line cascade"
+    )
+    parser.add_argument("--cascade-mode", choices=["below_threshold", "always"], default="always")
+    keep_rules = get_args(CascadeConfig.model_fields["keep"].annotation)
+    parser.add_argument("--cascade-keep", choices=keep_rules, default=CascadeConfig().keep)
+    parser.add_argument("--cascade-min-confidence", type=float, default=CascadeConfig().min_confidence)
+    parser.add_argument(
+        "--lines-together",
+        type=int,
+        default=VlmGgufConfig().lines_together,
+        help="engine.vlm_gguf.lines_together",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every page")
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch folder (it is kept if incomplete)"

@@ -97,3 +97,48 @@ def test_the_host_report_says_how_busy_the_session_servers_runner_was(tmp_path: 
     assert 0.0 < cpu["runner_busy_share"] < 1.5
     assert cpu["runs_per_page"] >= 2 and cpu["ms_per_run"] > 0
     assert cpu["server_ms_per_page"] > 0 and cpu["workers_ms_per_page"] > 0
+
+
+def test_a_line_readers_cascade_reaches_the_daemon_and_its_lines_are_counted(tmp_path: Path) -> None:
+    folder = tmp_path / "set" / "images"
+    folder.mkdir(parents=True)
+    cv2.imwrite(str(folder / "0.png"), rendering.receipt().bgr())
+    model = Path(__file__).parent / "fixtures" / "vlm" / "qwen2vl"
+    report = last_json(
+        run_bench(
+            "daemon_pages",
+            "--provider",
+            "cpu",
+            "--formats",
+            "json",
+            "--keep",
+            "--vlm-model-dir",
+            str(model),
+            "--cascade-mode",
+            "always",
+            "--cascade-keep",
+            "more_confident",
+            "--lines-together",
+            "2",
+            str(folder.parent),
+        )
+    )
+    scratch = Path(report["scratch"])
+    try:
+        assert report["complete"] and report["states"] == {"done": 1}
+        config = json.loads((scratch / "config.yaml").read_text(encoding="utf-8"))
+        assert config["engine"]["vlm_gguf"] == {"model_dir": str(model), "lines_together": 2}
+        assert config["profiles"]["default"]["cascade"]["mode"] == "always"
+        (result,) = (scratch / "out").glob("*.json")
+        (page,) = json.loads(result.read_text(encoding="utf-8"))["pages"]
+        read = page["engine_details"]["cascade"]
+        # Every line went to the VLM (mode always), and the report sums what the page's JSON says.
+        assert read["route"] == "vlm_lines" and read["lines_sent"] == len(
+            [line for block in page["blocks"] for line in block["lines"]]
+        )
+        cascade = report["cascade"]
+        assert cascade["pages_sending"] == 1 and cascade["lines_sent"] == read["lines_sent"] > 0
+        assert cascade["lines_replaced"] == read["lines_replaced"]
+        assert cascade["keep"] == "more_confident" and cascade["lines_together"] == 2
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
