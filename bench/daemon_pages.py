@@ -21,8 +21,8 @@ run): runners near 1.0 bound the pages a second, cores near 1.0 the host's work 
 
 `--vlm-model-dir` loads a GGUF line reader (`engine.vlm_gguf`, each worker its own) and gives the
 folder's profile a line cascade (`unit: lines`, `--cascade-mode`, `--cascade-keep`): the report
-then also sums, over the pages' JSON results, the pages the cascade sent lines from, the lines it
-sent and the lines whose VLM read stands (`cascade`).
+then also sums, over the documents' JSON results (filed or sent to review), the pages the cascade
+sent lines from, the lines it sent and the lines whose VLM read stands (`cascade`).
 
 `--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a comment in
 it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon issues the
@@ -130,11 +130,18 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
     return json.dumps(config, indent=1)  # JSON is YAML
 
 
-def cascade_totals(out: Path) -> dict[str, int]:
-    """Pages the cascade sent lines from, lines sent and lines whose second read stands, over out/*.json."""
+def results(root: Path) -> list[dict[str, Any]]:
+    """The JSON results the daemon wrote: in out/, and in review/ for the documents sent to people."""
+    found = [*(root / "out").glob("*.json"), *(root / "review").glob("*/*.json")]
+    loaded = [json.loads(path.read_text(encoding="utf-8")) for path in found]
+    return [result for result in loaded if isinstance(result, dict) and "pages" in result]
+
+
+def cascade_totals(root: Path) -> dict[str, int]:
+    """Pages the cascade sent lines from, lines sent and lines whose second read stands, over every result."""
     totals = {"pages_sending": 0, "lines_sent": 0, "lines_replaced": 0}
-    for result in out.glob("*.json"):
-        for page in json.loads(result.read_text(encoding="utf-8")).get("pages", []):
+    for result in results(root):
+        for page in result["pages"]:
             record = page.get("engine_details", {}).get("cascade", {})
             sent = int(record.get("lines_sent", 0))
             totals["pages_sending"] += sent > 0
@@ -289,7 +296,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "keep": args.cascade_keep,
             "min_confidence": args.cascade_min_confidence,
             "lines_together": args.lines_together,
-            **cascade_totals(root / "out"),
+            **cascade_totals(root),
         }
     if peak is not None:
         report["gpu_mib_before"] = before
