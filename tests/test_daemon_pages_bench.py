@@ -9,7 +9,6 @@ from pathlib import Path
 
 import cv2
 
-from bench import daemon_pages
 from tests import rendering
 from tests.bench_runs import last_json, run_bench
 
@@ -130,8 +129,10 @@ def test_a_line_readers_cascade_reaches_the_daemon_and_its_lines_are_counted(tmp
         config = json.loads((scratch / "config.yaml").read_text(encoding="utf-8"))
         assert config["engine"]["vlm_gguf"] == {"model_dir": str(model), "lines_together": 2}
         assert config["profiles"]["default"]["cascade"]["mode"] == "always"
-        (result,) = daemon_pages.results(scratch)  # filed, or sent to review
-        (page,) = result["pages"]
+        # The document's JSON result: filed in out/, or in its review folder if sent to people.
+        reviewed = [path for path in (scratch / "review").glob("*/*.json") if path.name != "reasons.json"]
+        (path,) = [*(scratch / "out").glob("*.json"), *reviewed]
+        (page,) = json.loads(path.read_text(encoding="utf-8"))["pages"]
         read = page["engine_details"]["cascade"]
         # Every line went to the VLM (mode always), and the report sums what the page's JSON says.
         assert read["route"] == "vlm_lines" and read["lines_sent"] == len(
