@@ -20,9 +20,10 @@ session server, and how busy the server's runners were (the share of their time 
 run): runners near 1.0 bound the pages a second, cores near 1.0 the host's work does.
 
 `--vlm-model-dir` loads a GGUF line reader (`engine.vlm_gguf`, each worker its own) and gives the
-folder's profile a line cascade (`unit: lines`, `--cascade-mode`, `--cascade-keep`): the report
-then also sums, over the documents' JSON results (filed or sent to review), the pages the cascade
-sent lines from, the lines it sent and the lines whose VLM read stands (`cascade`).
+folder's profile a line cascade (`unit: lines`; `--cascade-mode`: every line unless told
+`below_threshold`; `--cascade-keep`): the report then also sums, over the documents' JSON results
+(filed or sent to review), the pages the cascade sent lines from, the lines it sent and the lines
+whose VLM read stands (`cascade`).
 
 `--copies N` drops each JPEG or PNG image N times, each copy made a distinct file by a comment in
 it (a JPEG COM segment, a PNG tEXt chunk; the pixels are untouched), because the daemon issues the
