@@ -18,9 +18,12 @@ import numpy as np
 
 from appliance.engines.ppocr_onnx.best_class import (
     BEST_OUTPUTS,
+    BLANK_OUTPUT,
     EVIDENCE_OUTPUTS,
     SPACE_OUTPUT,
     TOP_CLASSES,
+    TOP_INDICES,
+    TOP_SCORES,
     has_best_class,
 )
 from appliance.engines.ppocr_onnx.sessions import ModelSession
@@ -276,13 +279,13 @@ class TextRecognizer:
             ]
             if self._evidence_classes:
                 for row, (read, width) in enumerate(zip(reads, widths, strict=True)):
-                    steps = max(1, math.ceil(best.shape[1] * width / batch_width))
-                    blank = fetched[EVIDENCE_OUTPUTS[2]][row, :steps]
+                    steps = _own_steps(best.shape[1], width, batch_width)
+                    blank = fetched[BLANK_OUTPUT][row, :steps]
                     if space is not None:
                         blank = blank + space[row, :steps]  # the space counts as a blank (step_evidence.py)
                     read.likelihood = StepEvidence.of_top(
-                        fetched[EVIDENCE_OUTPUTS[1]][row, :steps],
-                        fetched[EVIDENCE_OUTPUTS[0]][row, :steps],
+                        fetched[TOP_INDICES][row, :steps],
+                        fetched[TOP_SCORES][row, :steps],
                         blank,
                         self._folded,
                     ).log_likelihood
@@ -295,8 +298,7 @@ class TextRecognizer:
             scores = probs[np.arange(len(classes)), classes]
             read = self._decode(classes, scores, width, batch_width, space_probs)
             if self._evidence_classes:
-                # The line's own steps: those over the batch's padding on its right read nothing.
-                steps = max(1, math.ceil(len(probs) * width / batch_width))
+                steps = _own_steps(len(probs), width, batch_width)
                 evidence = StepEvidence.of(probs[:steps], self._folded, self._evidence_classes)
                 read.likelihood = evidence.log_likelihood
             reads.append(read)
@@ -323,6 +325,11 @@ class TextRecognizer:
             positions=np.minimum(1.0, centres / width).tolist(),
             space_before=None if space is None else gap_maxima(space, emitted),
         )
+
+
+def _own_steps(steps: int, width: int, batch_width: int) -> int:
+    """How many of a batch's CTC steps fall on the line itself, not on the padding to its right."""
+    return max(1, math.ceil(steps * width / batch_width))
 
 
 def ctc_steps(best: np.ndarray) -> np.ndarray:
