@@ -12,8 +12,13 @@ reads every crop keeping its step evidence; the VLM reads them `--together` at a
 ONNX text as each line's hint, scoring both texts (`score_hints`). Each keep rule then picks one
 read per line as the cascade does (`takes_second`, `cascade.max_changes: auto`): `second`,
 `more_confident` and `joint`; `either` is the better of the two reads for each line, which no
-rule can know. Printed: CER whitespace-free and spaced, case aside (`train.eval_lines.cer`), and
-on how many lines the read kept is not the ONNX text (`not_onnx`); for each `--together` size the
+rule can know, and `either_by_stretch` the best text made of the two reads' shared stretches and,
+where they differ, either read's stretch (the bound of a rule that merged reads instead of
+choosing one). For each rule, `lost` says where it falls short of `either`: lines where it kept
+the ONNX text and the VLM's was better (`kept_first`), and where it took the VLM's and the ONNX
+text was better (`took_second`), with the edits each cost. Printed: CER whitespace-free and
+spaced, case aside (`train.eval_lines.cer`), and on how many lines the read kept is not the ONNX
+text (`not_onnx`); for each `--together` size the
 VLM's milliseconds a line (its reads and scoring, and of it decoding), read again without scoring
 with `--unscored`, and the card's memory at most (nvidia-smi, on a GPU).
 
@@ -24,10 +29,13 @@ GPU machine needs neither onnxruntime nor the ONNX models to measure the VLM.
 from __future__ import annotations
 
 import argparse
+import difflib
+import itertools
 import json
 import pickle
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +89,41 @@ def load_onnx(path: Path, crops: list[tuple[str, np.ndarray, str]]) -> list[Line
         line.likelihood = likelihood
         lines.append(line)
     return lines
+
+
+def stretch_merges(first: str, second: str, most: int = 8) -> list[str]:
+    """Every text of the two reads' shared stretches and either read's stretch where they differ.
+
+    Where they differ in more than `most` stretches, only the two reads themselves (2**most texts
+    at most).
+    """
+    opcodes = difflib.SequenceMatcher(None, first, second, autojunk=False).get_opcodes()
+    differing = [opcode for opcode in opcodes if opcode[0] != "equal"]
+    if len(differing) > most:
+        return [first, second]
+    merges = []
+    for picks in itertools.product((False, True), repeat=len(differing)):
+        chosen = iter(picks)
+        merges.append(
+            "".join(
+                first[i1:i2] if tag == "equal" or not next(chosen) else second[j1:j2]
+                for tag, i1, i2, j1, j2 in opcodes
+            )
+        )
+    return merges
+
+
+def losses(truths: list[str], firsts: list[str], seconds: list[str], kept: list[str]) -> dict[str, list[int]]:
+    """Lines and edits a rule's choice lost against the better read: kept the first, took the second."""
+    lost = {"kept_first": [0, 0], "took_second": [0, 0]}
+    for truth, first, second, chosen in zip(truths, firsts, seconds, kept, strict=True):
+        edits = edit_count([(truth, chosen)]) - min(
+            edit_count([(truth, first)]), edit_count([(truth, second)])
+        )
+        if edits > 0:
+            side = lost["kept_first" if chosen == first else "took_second"]
+            side[0], side[1] = side[0] + 1, side[1] + edits
+    return lost
 
 
 def read_with_vlm(
@@ -165,7 +208,11 @@ def main() -> None:
         min(pair, key=lambda read: edit_count([(truth, read)]))
         for truth, pair in zip(truths, zip(kept["onnx"], kept["vlm"], strict=True), strict=True)
     ]
-    report = {
+    kept["either_by_stretch"] = [
+        min(stretch_merges(first, second), key=lambda read: edit_count([(truth, read)]))
+        for truth, first, second in zip(truths, kept["onnx"], kept["vlm"], strict=True)
+    ]
+    report: dict[str, dict[str, Any]] = {
         rule: {
             "cer": round(cer(list(zip(truths, texts, strict=True))), 5),
             "cer_spaced": round(cer(list(zip(truths, texts, strict=True)), spaced=True), 5),
@@ -173,6 +220,9 @@ def main() -> None:
         }
         for rule, texts in kept.items()
     }
+    for rule in RULES:
+        lines_and_edits = losses(truths, kept["onnx"], kept["vlm"], kept[rule])
+        report[rule]["lost"] = {side: {"lines": n, "edits": e} for side, (n, e) in lines_and_edits.items()}
     timing = {key: {k: round(v, 2) for k, v in value.items()} for key, value in timings.items()}
     summary = {"crops": len(crops), "max_changes": max_changes, "reads": report, "vlm": timing}
     print(json.dumps({**summary, "gpu_memory_peak_mib": gpu_peak}, indent=1))

@@ -22,7 +22,8 @@ page's edits (`edits_change`), and prints them summed for replacements that chan
 `cascade.max_changes: auto`'s 3 characters for a VLM and for the rest. Each setting's CER less the
 ONNX read's comes with a 95% interval from a paired bootstrap over the pages (bench.page_bootstrap):
 whether the cascade's gain or loss is more than the luck of which pages were drawn.
-Pages are read as they are, without the appliance's preprocessing.
+Pages are read as they are, without the appliance's preprocessing. Off the CPU, the card's memory
+at most while the engines load and read (nvidia-smi every 250 ms, every process on the card).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from appliance.config import CascadeConfig, EngineConfig, VlmGgufConfig
 from appliance.engines.factory import build_engine
 from appliance.engines.vlm_gguf.engine import VlmGgufEngine
 from appliance.pipeline.cascade import AUTO_MAX_CHANGES, Cascade, changed_characters, prepare_joint
+from bench.gpu_memory import MemorySampler
 from bench.ocr_bench import load_dataset
 from bench.page_bootstrap import scores_difference
 from bench.scoring import PageScore, TextLine, micro_average, score_page
@@ -73,6 +75,9 @@ def main() -> None:
     args = parser.parse_args()
 
     pages, case_insensitive = load_dataset(args.data, args.limit)
+    sampler = MemorySampler(period=0.25) if args.device != "cpu" else None
+    if sampler is not None:
+        sampler.start()
     onnx = build_engine(EngineConfig())
     readers = {
         size: VlmGgufEngine(
@@ -146,6 +151,7 @@ def main() -> None:
             if sent[-1]:
                 vlm_ms[name].append(elapsed)
                 decode_ms[name].append(float(refined.timings_ms.get("vlm_decode", 0.0)))
+    gpu_peak = sampler.stop() if sampler is not None else None
     for reader in readers.values():
         reader.close()
     onnx.close()
@@ -157,10 +163,12 @@ def main() -> None:
         "pages_sending": sending,
         "lines_sent": sum(sent),
         "onnx": {"cer": onnx_set.cer_geo, "cer_spaced": onnx_set.cer_geo_spaced},
+        "gpu_memory_peak_mib": gpu_peak,
     }
     print(
         f"{len(pages)} pages, {sending} sent {sum(sent)} lines (up to {max(sent, default=0)} a page); "
         f"ONNX alone CER {onnx_set.cer_geo:.2%} / {onnx_set.cer_geo_spaced:.2%} spaced"
+        + ("" if gpu_peak is None else f"; the card held {gpu_peak:,} MiB at most")
     )
     print("together/keep            VLM ms a sending page (mean)  of it decoding  CER      spaced")
     for name in cascades:
