@@ -237,7 +237,8 @@ class VlmGgufConfig(_Strict):
     manifest: str = "manifest.json"  # in model_dir; written by `python -m quantize.gguf manifest`
     family: Literal["auto"] | VlmFamily = "auto"  # auto: the family the manifest names
     device: Literal["auto", "cpu", "gpu"] = "auto"  # gpu: fail unless llama.cpp can offload
-    # The card's memory the VLM may use, shared equally by the jobs.workers processes (each loads it).
+    # The card's memory the VLM may use, shared equally by the jobs.workers processes (each loads it),
+    # or by the session server's jobs.served_vlm_copies where it holds the line reader for them.
     vram_budget_mb: StrictInt = Field(default=8192, ge=512)
     n_ctx: StrictInt = Field(default=0, ge=0)  # 0: what one page needs (image + prompt + output)
     n_batch: StrictInt = Field(default=512, ge=32)
@@ -258,6 +259,10 @@ class VlmGgufConfig(_Strict):
     # one on the CPU (16: 1.77x, bench/README "Lines side by side") and keep a 17M line reader's
     # cache within the 4,096 tokens it was trained on.
     lines_together: StrictInt = Field(default=8, ge=1, le=64)
+    # The unix socket of a session server that holds this line reader for every worker
+    # (engines/served_readers.py): the workers send it their lines instead of each loading the model
+    # with a CUDA context of its own. The daemon sets it when jobs.serve_vlm is on; null: loaded here.
+    session_server: Path | None = None
     draft: VlmDraftConfig = VlmDraftConfig()
     repetition: VlmRepetitionConfig = VlmRepetitionConfig()
 
@@ -335,6 +340,15 @@ class JobsConfig(_Strict):
     # The server's threads that run the models: the GPU memory of this many runs in flight (and
     # each thread's cuDNN and cuBLAS handles), however many workers send them.
     session_server_runners: StrictInt = Field(default=1, ge=1, le=8)
+    # The VLM (the cascade's second reader) held once in the session server for every worker,
+    # instead of once in each (about 800 MiB of the card a worker for the line reader on an H100,
+    # most of it the worker's own CUDA context). auto: whenever the session server runs and
+    # engine.vlm_gguf.device is not cpu; on: whenever the session server runs; off: each worker
+    # loads its own.
+    serve_vlm: Switch = "auto"
+    # Copies of the served VLM, each with its own llama.cpp context (one page's lines at a time
+    # each), sharing engine.vlm_gguf.vram_budget_mb equally as the workers would.
+    served_vlm_copies: StrictInt = Field(default=2, ge=1, le=16)
     timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     max_attempts: StrictInt = Field(default=3, ge=1)
     retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)

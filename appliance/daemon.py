@@ -232,6 +232,7 @@ class Daemon:
             return None
         return SessionServerKeeper(
             config.jobs.session_server_runners,
+            reader_copies=config.jobs.served_vlm_copies,
             report_error=lambda message: self._board.error("", message),
             hung_run_s=min(HUNG_RUN_S, config.jobs.timeout_seconds),
         )
@@ -477,10 +478,8 @@ class Daemon:
                 factory = self._factory_for(self._served(new))
                 for worker in self._workers:
                     worker.replace_factory(factory, new.rasterize, new.jobs.per_worker)
-        if (new.jobs.session_server, new.jobs.session_server_runners) != (
-            old.jobs.session_server,
-            old.jobs.session_server_runners,
-        ):
+        server_settings = ("session_server", "session_server_runners", "serve_vlm", "served_vlm_copies")
+        if any(getattr(new.jobs, name) != getattr(old.jobs, name) for name in server_settings):
             log.warning("jobs.session_server settings changed; they take effect after a restart")
         while len(self._workers) < new.jobs.workers:
             worker = Worker(

@@ -67,6 +67,7 @@ class SessionServerKeeper:
         runners: int,
         report_error: Callable[[str], None],
         *,
+        reader_copies: int = 1,
         hung_run_s: float = HUNG_RUN_S,
         environ: Mapping[str, str] = os.environ,
         restart_interval: float = RESTART_INTERVAL_S,
@@ -75,6 +76,7 @@ class SessionServerKeeper:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runners = runners
+        self.reader_copies = reader_copies  # of each reader it serves (jobs.served_vlm_copies)
         self._hung_run_s = hung_run_s
         self._probe_interval = probe_interval
         self._answer_timeout = answer_timeout
@@ -90,7 +92,7 @@ class SessionServerKeeper:
         self._death_reported = False
 
     def served(self, config: AppConfig) -> AppConfig:
-        """`config` with the workers' ONNX engine opening its sessions in this keeper's server."""
+        """`config` with the workers' ONNX engine (and VLM, jobs.serve_vlm) read in this keeper's server."""
         return served_by(config, self.socket_path)
 
     @property
@@ -106,7 +108,12 @@ class SessionServerKeeper:
     def start(self) -> None:
         """Start the server and wait until it listens; ModelError if it does not."""
         self._started_at = self._clock()
-        server = SessionServerProcess(self.socket_path, self.runners, log_level=logging.getLogger().level)
+        server = SessionServerProcess(
+            self.socket_path,
+            self.runners,
+            log_level=logging.getLogger().level,
+            reader_copies=self.reader_copies,
+        )
         self._server = server
         server.start()
         log.info(

@@ -5,7 +5,8 @@ Usage:
         [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
         [--det-shares S,S] [--cublas-workspace :KiB:N|null] [--formats json,text] [--copies N]
         [--vlm-model-dir DIR [--cascade-mode always|below_threshold] [--cascade-keep RULE]
-         [--cascade-min-confidence C] [--lines-together N]] [--timeout S] DATA_DIR [DATA_DIR ...]
+         [--cascade-min-confidence C] [--lines-together N] [--serve-vlm auto|on|off] [--vlm-copies N]]
+        [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
 folder of a scratch appliance before it starts, so the daemon finds them all at its first scan,
@@ -19,9 +20,11 @@ cores were, the CPU milliseconds a page of the daemon's main process, of its wor
 session server, and how busy the server's runners were (the share of their time inside a model
 run): runners near 1.0 bound the pages a second, cores near 1.0 the host's work does.
 
-`--vlm-model-dir` loads a GGUF line reader (`engine.vlm_gguf`, each worker its own) and gives the
-folder's profile a line cascade (`unit: lines`; `--cascade-mode`: every line unless told
-`below_threshold`; `--cascade-keep`): the report then also sums, over the documents' JSON results
+`--vlm-model-dir` loads a GGUF line reader (`engine.vlm_gguf`: each worker its own, or
+`--vlm-copies` of it held in the session server for all of them, `jobs.serve_vlm` as `--serve-vlm`
+says; `cpu` then also has how busy those copies were) and gives the folder's profile a line
+cascade (`unit: lines`; `--cascade-mode`: every line unless told `below_threshold`;
+`--cascade-keep`): the report then also sums, over the documents' JSON results
 (filed or sent to review), the pages the cascade sent lines from, the lines it sent and the lines
 whose VLM read stands (`cascade`).
 
@@ -46,7 +49,7 @@ import zlib
 from pathlib import Path
 from typing import Any, get_args
 
-from appliance.config import CascadeConfig, VlmGgufConfig
+from appliance.config import CascadeConfig, JobsConfig, VlmGgufConfig
 from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
 from appliance.session_server_keeper import SOCKET_NAME
 from bench import child_process
@@ -110,6 +113,8 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
             "workers": args.workers,
             "session_server": args.session_server,
             "session_server_runners": args.runners,
+            "serve_vlm": args.serve_vlm,
+            "served_vlm_copies": args.vlm_copies,
             "timeout_seconds": args.timeout,
         },
         "engine": engine,
@@ -210,6 +215,12 @@ def host_report(first: HostSnapshot, last: HostSnapshot, daemon_pid: int) -> dic
         report["runner_busy_share"] = round(busy / (span * last.server["runners"]), 3) if span > 0 else None
         report["runs_per_page"] = round(runs / pages, 2)
         report["ms_per_run"] = round(1000 * busy / runs, 2) if runs else None
+        if last.server.get("readers"):  # the VLM read in the server (jobs.serve_vlm)
+            reading = last.server["read_busy_s"] - first.server["read_busy_s"]
+            copies = last.server["reader_copies"]
+            report["reader_busy_share"] = round(reading / (span * copies), 3) if span > 0 else None
+            reads = last.server["reads_done"] - first.server["reads_done"]
+            report["reads_per_page"] = round(reads / pages, 2)
     return report
 
 
@@ -297,6 +308,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "keep": args.cascade_keep,
             "min_confidence": args.cascade_min_confidence,
             "lines_together": args.lines_together,
+            "serve_vlm": args.serve_vlm,
+            "vlm_copies": args.vlm_copies,
             **cascade_totals(root),
         }
     if peak is not None:
@@ -339,6 +352,15 @@ def main() -> None:
         type=int,
         default=VlmGgufConfig().lines_together,
         help="engine.vlm_gguf.lines_together",
+    )
+    parser.add_argument(
+        "--serve-vlm",
+        choices=["auto", "on", "off"],
+        default=JobsConfig().serve_vlm,
+        help="jobs.serve_vlm: the line reader held once in the session server for every worker",
+    )
+    parser.add_argument(
+        "--vlm-copies", type=int, default=JobsConfig().served_vlm_copies, help="jobs.served_vlm_copies"
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every page")
     parser.add_argument(

@@ -17,10 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import AppConfig, EngineConfig, PpocrOnnxConfig
+from appliance.config import (
+    AppConfig,
+    CascadeConfig,
+    EngineConfig,
+    PpocrOnnxConfig,
+    ProfileConfig,
+    VlmGgufConfig,
+)
 from appliance.control import SessionServerStatus
 from appliance.engines.factory import build_engine
 from appliance.engines.ppocr_onnx import PpocrOnnxEngine
+from appliance.engines.ppocr_onnx.remote_session import SessionServerClient
 from appliance.pipeline.read_job import JobFile, JobReader, ReadOptions
 from appliance.workers import EngineFactory
 from tests import rendering
@@ -110,3 +118,48 @@ def test_two_workers_read_through_one_server_that_is_started_again_when_killed(
 
     assert second.pid is not None and process_gone(second.pid)
     assert not Path(second.socket).parent.exists()
+
+
+def test_the_workers_read_their_lines_again_with_one_vlm_held_in_the_server(
+    tmp_path: Path, pages: dict[str, Path]
+) -> None:
+    base = _config(tmp_path / "daemon", jobs={"workers": 2, "session_server": "on", "serve_vlm": "on"})
+    vlm = VlmGgufConfig.model_validate(
+        {
+            "model_dir": Path(__file__).parent / "fixtures" / "vlm" / "qwen2vl",
+            "family": "qwen2vl_line",
+            "device": "cpu",
+            "threads": 1,
+            "lines_together": 4,
+            "repetition": {"min_span": 400},
+        }
+    )
+    cascade = CascadeConfig(mode="always", unit="lines")
+    config = base.model_copy(
+        update={
+            "engine": EngineConfig(ppocr_onnx=PpocrOnnxConfig(provider="cpu"), vlm_gguf=vlm),
+            "profiles": {"default": ProfileConfig(cascade=cascade)},
+        }
+    )
+    with Running(config, _factory_for(config), _factory_for) as running:
+        socket = _server(running).socket
+        # Each worker's VLM is the server's: its description is the served copy's, with the socket.
+        assert running.daemon.engine_description["vlm"]["session_server"] == socket
+        for name in ("receipt.png", "chinese.png"):
+            shutil.copyfile(pages[name], running.folders.inbox / name)
+        assert wait_for(lambda: running.daemon.stats.done == 2, timeout=_READ_TIMEOUT), running.daemon.stats
+        results = [*running.folders.out.glob("*.json"), *(tmp_path / "daemon").glob("review/*/*.png.json")]
+        sent = [
+            page["engine_details"]["cascade"]["lines_sent"]
+            for path in results
+            for page in json.loads(path.read_text(encoding="utf-8"))["pages"]
+        ]
+        assert len(sent) == 2 and all(count > 0 for count in sent)
+        client = SessionServerClient(Path(socket))
+        try:
+            stats = client.stats()
+        finally:
+            client.close()
+        # One set of copies for both workers, and every page's lines were read with it.
+        assert (stats["readers"], stats["reader_copies"]) == (1, 2)
+        assert stats["reads_done"] >= 2

@@ -150,6 +150,18 @@ def test_stop_ends_the_server_and_removes_its_socket_key_and_folder(clock: Clock
     assert not folder.exists()
 
 
+def test_the_server_holds_as_many_copies_of_a_served_reader_as_the_keeper_is_told(clock: Clock) -> None:
+    keeper = SessionServerKeeper(1, lambda _message: None, reader_copies=3, environ={}, clock=clock)
+    keeper.start()
+    client = SessionServerClient(keeper.socket_path)
+    try:
+        stats = client.stats()
+        assert (stats["reader_copies"], stats["readers"], stats["reads_done"]) == (3, 0, 0)
+    finally:
+        client.close()
+        keeper.stop()
+
+
 def test_under_systemd_stop_leaves_the_runtime_directory_to_systemd(clock: Clock) -> None:
     runtime = Path(tempfile.mkdtemp(prefix="ocr-rt-"))  # short, unlike tmp_path: a socket's path
     keeper = SessionServerKeeper(

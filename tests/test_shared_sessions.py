@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,39 @@ def test_the_driver_must_run_cuda_13(
 ) -> None:
     monkeypatch.setattr(shared_sessions, "read_driver_version", lambda: version)
     assert shared_sessions.driver_usable() is usable
+
+
+def _with_vlm(switch: str, serve_vlm: str, device: str = "auto", workers: int = 2) -> AppConfig:
+    return parse_config(
+        {
+            "jobs": {"session_server": switch, "workers": workers, "serve_vlm": serve_vlm},
+            "engine": {"vlm_gguf": {"device": device}},
+        }
+    )
+
+
+@pytest.mark.parametrize(("device", "served"), [("auto", True), ("gpu", True), ("cpu", False)])
+def test_auto_serves_the_vlm_where_it_may_use_a_gpu(gpu_box: None, device: str, served: bool) -> None:
+    config = _with_vlm("auto", "auto", device)
+    assert shared_sessions.wants_session_server(config)
+    assert shared_sessions.serves_vlm(config) is served
+
+
+def test_the_vlm_is_served_only_where_the_session_server_runs(gpu_box: None) -> None:
+    assert shared_sessions.serves_vlm(_with_vlm("on", "on", "cpu"))
+    assert not shared_sessions.serves_vlm(_with_vlm("on", "off", "gpu"))
+    assert not shared_sessions.serves_vlm(_with_vlm("off", "on", "gpu"))
+    assert not shared_sessions.serves_vlm(_with_vlm("auto", "on", "gpu", workers=1))  # no server
+    assert not shared_sessions.serves_vlm(_config("on"))  # no VLM
+
+
+def test_served_by_points_the_vlm_at_the_server_only_where_it_serves_it(
+    gpu_box: None, tmp_path: Path
+) -> None:
+    socket = tmp_path / "sessions.sock"
+    served = shared_sessions.served_by(_with_vlm("on", "on"), socket)
+    assert served.engine.ppocr_onnx.session_server == socket
+    assert served.engine.vlm_gguf is not None and served.engine.vlm_gguf.session_server == socket
+    kept = shared_sessions.served_by(_with_vlm("on", "off"), socket)
+    assert kept.engine.ppocr_onnx.session_server == socket
+    assert kept.engine.vlm_gguf is not None and kept.engine.vlm_gguf.session_server is None

@@ -58,9 +58,15 @@ def _ppocr_onnx(config: EngineConfig) -> Engine:
 
 @register_second_reader("vlm_gguf")
 def _vlm_gguf(config: EngineConfig, workers: int) -> SecondReader:
+    assert config.vlm_gguf is not None
+    if config.vlm_gguf.session_server is not None:  # read in the session server, for every worker
+        from appliance.engines.served_reader import ServedReader
+
+        local = config.vlm_gguf.model_copy(update={"session_server": None})  # what the server loads
+        built_there = config.model_copy(update={"vlm_gguf": local})
+        return ServedReader(config.vlm_gguf.session_server, "vlm_gguf", built_there)
     from appliance.engines.vlm_gguf.engine import VlmGgufEngine  # llama.cpp loads only when used
 
-    assert config.vlm_gguf is not None
     share = config.vlm_gguf.vram_budget_mb // max(workers, 1)
     return VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share}))
 
@@ -129,15 +135,20 @@ def build_engine(config: EngineConfig, workers: int = 1) -> Engine:
     readers: list[SecondReader] = []
     try:
         for name in config.second_readers():
-            if name not in _SECOND_READERS:  # as with engines: the schema and the registry disagree
-                raise ValueError(f"unknown second reader {name!r}; registered: {', '.join(_SECOND_READERS)}")
-            readers.append(_SECOND_READERS[name](config, workers))
+            readers.append(build_second_reader(config, name, workers))
     except BaseException:
         for reader in readers:
             reader.close()
         first.close()
         raise
     return EnginePair(first, *readers) if readers else first
+
+
+def build_second_reader(config: EngineConfig, name: str, workers: int = 1) -> SecondReader:
+    """The second reader `name` of `config`, with the VLM's VRAM budget shared among `workers` copies."""
+    if name not in _SECOND_READERS:  # as with engines: the schema and the registry disagree
+        raise ValueError(f"unknown second reader {name!r}; registered: {', '.join(_SECOND_READERS)}")
+    return _SECOND_READERS[name](config, workers)
 
 
 def second_reader_of(engine: Engine, name: str | None = None) -> SecondReader | None:
@@ -155,6 +166,7 @@ def vlm_of(engine: Engine) -> SecondReader | None:
 __all__ = [
     "EnginePair",
     "build_engine",
+    "build_second_reader",
     "engine_names",
     "register_engine",
     "register_second_reader",

@@ -3,8 +3,9 @@
 Decided in the daemon's own process, which must not load onnxruntime to decide it (that would
 give it a CUDA context of its own on a GPU box): the CUDA build is looked for among the installed
 distributions and the driver is read from /proc or nvidia-smi (cuda_driver.py), neither imported.
-Only the reading engine's models go to the server; a second reader (the VLM, an ONNX
-recogniser) keeps its own in each worker. The server process itself is the engine's
+The reading engine's models go to the server, and the VLM where jobs.serve_vlm says
+(served_readers.py); another second reader (an ONNX recogniser) keeps its own in each worker.
+The server process itself is the engine's
 (ppocr_onnx/session_server.py), reached from outside the engines through this module.
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "SessionServerProcess",
     "key_path",
     "served_by",
+    "serves_vlm",
     "wants_session_server",
     "would_run_on_cuda",
 ]
@@ -75,8 +77,28 @@ def wants_session_server(config: AppConfig) -> bool:
     return jobs.workers > 1 and would_run_on_cuda(config.engine.ppocr_onnx)
 
 
+def serves_vlm(config: AppConfig) -> bool:
+    """Whether the daemon's session server also holds the VLM for the workers (jobs.serve_vlm).
+
+    Only where the session server runs at all. `auto`: where the VLM may use a GPU, where each
+    worker's copy would cost a CUDA context of its own; on the CPU a worker's copy costs memory
+    only, and reads beside its worker's other work without waiting for another process.
+    """
+    vlm = config.engine.vlm_gguf
+    if vlm is None or config.jobs.serve_vlm == "off" or not wants_session_server(config):
+        return False
+    return config.jobs.serve_vlm == "on" or vlm.device != "cpu"
+
+
 def served_by(config: AppConfig, socket_path: Path) -> AppConfig:
-    """`config` with the ONNX engine opening its sessions in the session server at `socket_path`."""
+    """`config` with the ONNX engine opening its sessions in the session server at `socket_path`.
+
+    And the VLM read there too where the server holds it (serves_vlm).
+    """
     engine = config.engine
-    ppocr = engine.ppocr_onnx.model_copy(update={"session_server": socket_path})
-    return config.model_copy(update={"engine": engine.model_copy(update={"ppocr_onnx": ppocr})})
+    update: dict[str, object] = {
+        "ppocr_onnx": engine.ppocr_onnx.model_copy(update={"session_server": socket_path})
+    }
+    if engine.vlm_gguf is not None and serves_vlm(config):
+        update["vlm_gguf"] = engine.vlm_gguf.model_copy(update={"session_server": socket_path})
+    return config.model_copy(update={"engine": engine.model_copy(update=update)})

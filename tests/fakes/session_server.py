@@ -12,9 +12,12 @@ class FakeSessionServerProcess:
 
     started: list[FakeSessionServerProcess] = []  # noqa: RUF012 - every one the test's keeper made
 
-    def __init__(self, socket_path: Path, runners: int = 1, log_level: int = 0) -> None:
+    def __init__(
+        self, socket_path: Path, runners: int = 1, log_level: int = 0, reader_copies: int = 1
+    ) -> None:
         self.socket_path = socket_path
         self.runners = runners
+        self.reader_copies = reader_copies
         self.oldest_run_s = 0.0
         self.pid = 4242 + len(FakeSessionServerProcess.started)
         self.exitcode: int | None = None

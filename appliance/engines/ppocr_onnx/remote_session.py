@@ -53,7 +53,7 @@ class RemoteNodeArg:
     type: str
 
 
-class _Channel:
+class Channel:
     """One thread's connection to the server and the shared block its tensors travel in."""
 
     def __init__(self, connection: Connection, generation: int) -> None:
@@ -61,6 +61,7 @@ class _Channel:
         self.generation = generation
         self.block: SharedMemory | None = None
         self.session_ids: dict[str, int] = {}
+        self.readers_opened: set[str] = set()  # the served readers' keys (served_reader.py)
 
     def block_for(self, input_bytes: int) -> SharedMemory:
         """A block with room for `input_bytes` of inputs and, mostly, the outputs after them."""
@@ -87,13 +88,13 @@ class SessionServerClient:
     def __init__(self, socket_path: Path) -> None:
         self.socket_path = socket_path
         self._local = threading.local()
-        self._channels: list[_Channel] = []
+        self._channels: list[Channel] = []
         self._lock = threading.Lock()
         # Raised whenever a channel finds the server gone: every thread's channel made before
         # then is to a server that is no more, and is replaced at its next request.
         self._generation = 0
 
-    def _connect(self) -> _Channel:
+    def _connect(self) -> Channel:
         try:
             authkey = key_path(self.socket_path).read_bytes()
             connection = Client(str(self.socket_path), family="AF_UNIX", authkey=authkey)
@@ -103,14 +104,14 @@ class SessionServerClient:
             raise SessionServerError(
                 f"cannot reach the session server at {self.socket_path}: {error}"
             ) from None
-        channel = _Channel(connection, self._generation)
+        channel = Channel(connection, self._generation)
         with self._lock:
             self._channels.append(channel)
         return channel
 
-    def channel(self) -> _Channel:
+    def channel(self) -> Channel:
         """The calling thread's channel, connected again if the server went away since it was made."""
-        channel: _Channel | None = getattr(self._local, "channel", None)
+        channel: Channel | None = getattr(self._local, "channel", None)
         if channel is not None and channel.generation != self._generation:
             self._forget(channel)
             channel = None
@@ -118,7 +119,7 @@ class SessionServerClient:
             channel = self._local.channel = self._connect()
         return channel
 
-    def _forget(self, channel: _Channel) -> None:
+    def _forget(self, channel: Channel) -> None:
         if getattr(self._local, "channel", None) is channel:
             self._local.channel = None
         with self._lock:
@@ -127,13 +128,13 @@ class SessionServerClient:
         with contextlib.suppress(OSError):
             channel.close()
 
-    def _lost(self, channel: _Channel) -> None:
+    def _lost(self, channel: Channel) -> None:
         with self._lock:
             if channel.generation == self._generation:
                 self._generation += 1
         self._forget(channel)
 
-    def request(self, channel: _Channel, message: tuple[Any, ...]) -> tuple[Any, ...]:
+    def request(self, channel: Channel, message: tuple[Any, ...]) -> tuple[Any, ...]:
         """The server's answer; NotSentError if the server was gone before it got the request."""
         try:
             channel.connection.send(message)
@@ -201,7 +202,7 @@ class RemoteSession:
         self._inputs = [RemoteNodeArg(*node) for node in inputs]
         self._outputs = [RemoteNodeArg(*node) for node in outputs]
 
-    def _open(self, channel: _Channel) -> tuple[Any, ...]:
+    def _open(self, channel: Channel) -> tuple[Any, ...]:
         answer = self._client.request(
             channel, ("open", self._key, str(self._path), self._model, self._options)
         )
@@ -230,7 +231,7 @@ class RemoteSession:
         except NotSentError:
             return self._run(self._client.channel(), output_names, arrays)
 
-    def _run(self, channel: _Channel, names: list[str] | None, arrays: dict[str, np.ndarray]) -> list[Any]:
+    def _run(self, channel: Channel, names: list[str] | None, arrays: dict[str, np.ndarray]) -> list[Any]:
         session_id = channel.session_ids.get(self._key)
         if session_id is None:
             session_id = self._open(channel)[1]

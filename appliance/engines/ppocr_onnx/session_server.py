@@ -14,6 +14,9 @@ pickling) for requests and answers, and one shared-memory block per client threa
 so a page's inputs and the detector's probability map are copied once each way instead of pickled
 through the socket. Only processes of the service's user reach the socket: its folder is private
 (0700), and a peer must know the key in the 0600 file beside it.
+
+It also holds the second readers the workers are told to read here (the VLM, jobs.serve_vlm:
+engines/served_readers.py), on the same CUDA context, lent to one request at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from multiprocessing import AuthenticationError, get_context
@@ -39,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.engines.served_readers import ServedReaders, reader_key
 from appliance.errors import EngineUnavailableError, ModelError
 from appliance.parent_death import die_with_parent
 
@@ -110,7 +115,7 @@ class _OpenSession:
 class SessionServer:
     """The sessions every client opened, shared by key, and the threads that run them."""
 
-    def __init__(self, socket_path: Path, runners: int = 1) -> None:
+    def __init__(self, socket_path: Path, runners: int = 1, reader_copies: int = 1) -> None:
         self.socket_path = socket_path
         self.instance = uuid.uuid4().hex
         self.runners = runners
@@ -136,6 +141,8 @@ class SessionServer:
         # telling a server that bounds the pages a second from workers that do.
         self.runs_done = 0
         self.run_busy_s = 0.0
+        # Second readers (the VLM) the workers read in this process too (jobs.serve_vlm).
+        self.readers = ServedReaders(reader_copies)
 
     def open(self, key: str, path: str, model: bytes | None, options: dict[str, Any]) -> tuple[int, bool]:
         """The id of the session `key` names, opened from `path` (or `model`) on the first request.
@@ -178,11 +185,17 @@ class SessionServer:
     def run(self, session_id: int, names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]:
         """One run of a session on a runner thread; the caller waits for its outputs."""
         session = self.opened(session_id).session
+        with self._asked():
+            return list(self._pool.submit(self._timed_run, session, names, feeds).result())
+
+    @contextlib.contextmanager
+    def _asked(self) -> Iterator[None]:
+        """A run or a served read counted from when it is asked until it is answered (oldest_run_s)."""
         run_id = next(self._run_ids)
         with self._runs_lock:
             self._runs[run_id] = time.monotonic()
         try:
-            return list(self._pool.submit(self._timed_run, session, names, feeds).result())
+            yield
         finally:
             with self._runs_lock:
                 del self._runs[run_id]
@@ -244,6 +257,7 @@ class SessionServer:
         self._count_client(1)
         blocks: dict[str, AttachedBlock] = {}
         held: set[int] = set()  # the sessions this connection opened
+        held_readers: set[str] = set()  # and the served readers
         try:
             while True:
                 try:
@@ -251,7 +265,10 @@ class SessionServer:
                 except (EOFError, OSError):
                     return
                 try:
-                    answer = self._answer(request, blocks, held)
+                    if str(request[0]).startswith("reader_"):
+                        answer = self._reader_answer(request, held_readers)
+                    else:
+                        answer = self._answer(request, blocks, held)
                 except Exception as error:  # reported to the client, which raises it there
                     answer = ("error", type(error).__name__, str(error))
                 try:
@@ -261,6 +278,7 @@ class SessionServer:
         finally:
             self._count_client(-1)
             self.release(held)
+            self.readers.release(held_readers)
             for block in blocks.values():
                 block.close()
             connection.close()
@@ -304,8 +322,28 @@ class SessionServer:
                     "runs_done": self.runs_done,
                     "run_busy_s": self.run_busy_s,
                     "pid": os.getpid(),
+                    **self.readers.stats(),
                 },
             )
+        raise ValueError(f"unknown request {kind!r}")
+
+    def _reader_answer(self, request: tuple[Any, ...], held: set[str]) -> tuple[Any, ...]:
+        """Served readers: `reader_open` one, `reader_call` a read with it, `reader_describe` it."""
+        kind = request[0]
+        if kind == "reader_open":
+            _, name, config_json = request
+            key = reader_key(name, config_json)
+            if key in held:  # this connection holds it already
+                return ("ok", key, self.readers.attributes(key))
+            key, attributes = self.readers.open(name, config_json)
+            held.add(key)
+            return ("ok", key, attributes)
+        if kind == "reader_call":
+            _, key, method, args, score_hints = request
+            with self._asked():
+                return ("ok", self.readers.call(key, method, args, score_hints))
+        if kind == "reader_describe":
+            return ("ok", self.readers.describe(request[1]))
         raise ValueError(f"unknown request {kind!r}")
 
 
@@ -324,13 +362,13 @@ def _place_outputs(outputs: list[Any], block: AttachedBlock, offset: int) -> lis
     return placed
 
 
-def serve(socket_path: Path, runners: int, log_level: int = logging.INFO) -> None:
+def serve(socket_path: Path, runners: int, log_level: int = logging.INFO, reader_copies: int = 1) -> None:
     """The session server process's body: serve until SIGTERM or SIGINT."""
     # A killed daemon (or benchmark) must not leave a server holding the models and GPU memory.
     die_with_parent()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level, format="%(name)s: %(message)s")
-    server = SessionServer(socket_path, runners)
+    server = SessionServer(socket_path, runners, reader_copies)
 
     def stop(_signal: int, _frame: object) -> None:
         threading.Thread(target=server.stop, daemon=True).start()
@@ -343,11 +381,16 @@ def serve(socket_path: Path, runners: int, log_level: int = logging.INFO) -> Non
 class SessionServerProcess:
     """A session server started as a child process of this one."""
 
-    def __init__(self, socket_path: Path, runners: int = 1, log_level: int = logging.INFO) -> None:
+    def __init__(
+        self, socket_path: Path, runners: int = 1, log_level: int = logging.INFO, reader_copies: int = 1
+    ) -> None:
         self.socket_path = socket_path
         # spawn: the server must not inherit this process's threads or onnxruntime state.
         self._process = get_context("spawn").Process(
-            target=serve, args=(socket_path, runners, log_level), name="ocr-session-server", daemon=True
+            target=serve,
+            args=(socket_path, runners, log_level, reader_copies),
+            name="ocr-session-server",
+            daemon=True,
         )
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
