@@ -244,7 +244,9 @@ class VlmGgufConfig(_Strict):
     n_batch: StrictInt = Field(default=512, ge=32)
     kv_cache_type: Literal["auto", "f16", "q8_0"] = "auto"  # auto: f16, q8_0 when f16 does not fit
     flash_attention: StrictBool = True
-    threads: StrictInt = Field(default=0, ge=0)  # 0: one per core
+    # llama.cpp's threads; 0: the cores shared equally among the copies that read at once (the
+    # jobs.workers processes, or the session server's jobs.served_vlm_copies), at least one each.
+    threads: StrictInt = Field(default=0, ge=0)
     image_max_tokens: StrictInt = Field(default=0, ge=0)  # 0: the family's default
     image_max_side: StrictInt = Field(default=1540, ge=0)  # pages are scaled down to this long side
     max_tokens_per_page: StrictInt = Field(default=0, ge=0)  # 0: the family's default
@@ -346,8 +348,9 @@ class JobsConfig(_Strict):
     # engine.vlm_gguf.device is not cpu; on: whenever the session server runs; off: each worker
     # loads its own.
     serve_vlm: Switch = "auto"
-    # Copies of the served VLM, each with its own llama.cpp context (one page's lines at a time
-    # each), sharing engine.vlm_gguf.vram_budget_mb equally as the workers would.
+    # Copies of the served VLM, each with its own llama.cpp context reading one group of a page's
+    # lines (engine.vlm_gguf.lines_together) at a time, sharing engine.vlm_gguf.vram_budget_mb
+    # equally as that many workers would.
     served_vlm_copies: StrictInt = Field(default=2, ge=1, le=16)
     timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     max_attempts: StrictInt = Field(default=3, ge=1)

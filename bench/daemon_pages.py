@@ -5,7 +5,8 @@ Usage:
         [--session-server auto|on|off] [--runners N] [--gpu-mem-limit-mb N] [--widths W,W]
         [--det-shares S,S] [--cublas-workspace :KiB:N|null] [--formats json,text] [--copies N]
         [--vlm-model-dir DIR [--cascade-mode always|below_threshold] [--cascade-keep RULE]
-         [--cascade-min-confidence C] [--lines-together N] [--serve-vlm auto|on|off] [--vlm-copies N]]
+         [--cascade-min-confidence C] [--lines-together N] [--serve-vlm auto|on|off] [--vlm-copies N]
+         [--vlm-threads N]]
         [--timeout S] DATA_DIR [DATA_DIR ...]
 
 Every image of the DATA_DIRs (their `images/` folder when they have one) is copied into the hot
@@ -126,6 +127,8 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
         config["outputs"] = {"formats": args.formats.split(",")}
     if args.vlm_model_dir:
         engine["vlm_gguf"] = {"model_dir": str(args.vlm_model_dir), "lines_together": args.lines_together}
+        if args.vlm_threads:
+            engine["vlm_gguf"]["threads"] = args.vlm_threads
         cascade = {
             "mode": args.cascade_mode,
             "unit": "lines",
@@ -310,6 +313,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "lines_together": args.lines_together,
             "serve_vlm": args.serve_vlm,
             "vlm_copies": args.vlm_copies,
+            "vlm_threads": args.vlm_threads,
             **cascade_totals(root),
         }
     if peak is not None:
@@ -362,6 +366,7 @@ def main() -> None:
     parser.add_argument(
         "--vlm-copies", type=int, default=JobsConfig().served_vlm_copies, help="jobs.served_vlm_copies"
     )
+    parser.add_argument("--vlm-threads", type=int, default=0, help="engine.vlm_gguf.threads (0: its default)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every page")
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch folder (it is kept if incomplete)"

@@ -229,3 +229,26 @@ def test_a_pair_reads_as_many_pages_at_once_as_its_first_engine_unless_a_reader_
     assert parallel_reads(FixedTextEngine()) == 1  # an engine that does not say reads one at a time
     assert parallel_reads(factory.EnginePair(_TwoAtOnce(), FakeVlmReader(["A"]))) == 2
     assert parallel_reads(factory.EnginePair(_TwoAtOnce(), _OneAtATimeReader(["A"]))) == 1
+
+
+@pytest.mark.parametrize(
+    ("cores", "workers", "configured", "threads", "budget"),
+    [(8, 2, 0, 4, 3000), (8, 3, 0, 2, 2000), (2, 4, 0, 1, 1500), (8, 2, 3, 3, 3000)],
+)
+def test_the_vlm_of_each_worker_gets_its_share_of_the_card_and_of_the_cores(
+    monkeypatch: pytest.MonkeyPatch, cores: int, workers: int, configured: int, threads: int, budget: int
+) -> None:
+    """threads 0: the cores shared among the copies reading at once; a number set is kept as it is."""
+    monkeypatch.setattr(factory.os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    vlm = VlmGgufConfig(
+        model_dir=REPO / "tests" / "fixtures" / "vlm" / "qwen2vl",
+        device="cpu",
+        vram_budget_mb=6000,
+        threads=configured,
+    )
+    reader = factory.build_second_reader(EngineConfig(vlm_gguf=vlm), "vlm_gguf", workers)
+    try:
+        described = reader.describe()
+        assert (described["threads"], described["memory_plan"]["budget_mb"]) == (threads, budget)
+    finally:
+        reader.close()

@@ -7,6 +7,7 @@ only in a process that uses them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,8 @@ from appliance.config import EngineConfig
 from appliance.engines.base import Engine, PageText, SecondReader, parallel_reads
 
 # A reading engine's loader gets the whole engine config (its own section is in there);
-# a second reader's loader gets it too, with the share of the VRAM budget of one worker.
+# a second reader's loader gets it too, and how many copies of it read at once (the workers, or the
+# session server's copies), which share the VLM's VRAM budget and the cores.
 EngineLoader = Callable[[EngineConfig], Engine]
 SecondReaderLoader = Callable[[EngineConfig, int], SecondReader]
 
@@ -67,8 +69,18 @@ def _vlm_gguf(config: EngineConfig, workers: int) -> SecondReader:
         return ServedReader(config.vlm_gguf.session_server, "vlm_gguf", built_there)
     from appliance.engines.vlm_gguf.engine import VlmGgufEngine  # llama.cpp loads only when used
 
-    share = config.vlm_gguf.vram_budget_mb // max(workers, 1)
-    return VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share}))
+    copies = max(workers, 1)
+    share = config.vlm_gguf.vram_budget_mb // copies
+    # The cores shared among the copies that read at once, as the card is: one llama.cpp thread a
+    # core in every copy oversubscribed them (on 2 cores, 2 workers reading every receipt line
+    # again read 0.19 pages/s so, 0.62 with one thread each: bench/README.md, "The VLM's threads").
+    threads = config.vlm_gguf.threads or max(1, cores() // copies)
+    return VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share, "threads": threads}))
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: a unit's CPUAffinity, a container's cpuset)."""
+    return len(os.sched_getaffinity(0))
 
 
 @register_second_reader("onnx_reader")
@@ -125,8 +137,8 @@ class EnginePair:
 def build_engine(config: EngineConfig, workers: int = 1) -> Engine:
     """Load and verify the configured engines' models; raises ModelError with what is wrong.
 
-    Every worker process builds its own engines, so the VLM's VRAM budget, which is the
-    appliance's, is shared equally among `workers`.
+    Every worker process builds its own engines, so the VLM's VRAM budget and cores, which are
+    the appliance's, are shared equally among `workers`.
     """
     loader = _ENGINES.get(config.name)
     if loader is None:  # the config schema lists the engines; a registry out of step with it is a bug

@@ -251,6 +251,7 @@ class VlmGgufEngine:
             "manifest": self._manifest.name,
             "models": models,
             "draft_source": self._config.draft.source,
+            "threads": self._threads,
             "memory_plan": self.plan.to_dict(),
             "fallbacks": list(self._fallbacks),
             "gpu_memory": self.gpu_memory.to_dict() if self.gpu_memory else None,
