@@ -126,9 +126,10 @@ def config_text(root: Path, args: argparse.Namespace) -> str:
     if args.formats:
         config["outputs"] = {"formats": args.formats.split(",")}
     if args.vlm_model_dir:
-        engine["vlm_gguf"] = {"model_dir": str(args.vlm_model_dir), "lines_together": args.lines_together}
+        vlm: dict[str, Any] = {"model_dir": str(args.vlm_model_dir), "lines_together": args.lines_together}
         if args.vlm_threads:
-            engine["vlm_gguf"]["threads"] = args.vlm_threads
+            vlm["threads"] = args.vlm_threads
+        engine["vlm_gguf"] = vlm
         cascade = {
             "mode": args.cascade_mode,
             "unit": "lines",
