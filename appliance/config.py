@@ -349,9 +349,12 @@ class JobsConfig(_Strict):
     # loads its own.
     serve_vlm: Switch = "auto"
     # Copies of the served VLM, each with its own llama.cpp context reading one group of a page's
-    # lines (engine.vlm_gguf.lines_together) at a time, sharing engine.vlm_gguf.vram_budget_mb
-    # equally as that many workers would.
-    served_vlm_copies: StrictInt = Field(default=2, ge=1, le=16)
+    # lines (engine.vlm_gguf.lines_together) at a time, sharing engine.vlm_gguf.vram_budget_mb and
+    # the cores equally as that many workers would. One by default: more read at once on threads of
+    # one process, which llama.cpp's CUDA backend has been reported to fail at (CUDA errors with
+    # contexts decoding on several threads: ggml-org/llama.cpp issues 3960 and 11804); not yet
+    # measured on a GPU here. On the CPU two copies read as one copy in each worker does.
+    served_vlm_copies: StrictInt = Field(default=1, ge=1, le=16)
     timeout_seconds: StrictFloat = Field(default=600.0, gt=0)
     max_attempts: StrictInt = Field(default=3, ge=1)
     retry_backoff_seconds: StrictFloat = Field(default=30.0, ge=0)

@@ -123,7 +123,8 @@ def test_two_workers_read_through_one_server_that_is_started_again_when_killed(
 def test_the_workers_read_their_lines_again_with_one_vlm_held_in_the_server(
     tmp_path: Path, pages: dict[str, Path]
 ) -> None:
-    base = _config(tmp_path / "daemon", jobs={"workers": 2, "session_server": "on", "serve_vlm": "on"})
+    jobs = {"workers": 2, "session_server": "on", "serve_vlm": "on", "served_vlm_copies": 2}
+    base = _config(tmp_path / "daemon", jobs=jobs)
     vlm = VlmGgufConfig.model_validate(
         {
             "model_dir": Path(__file__).parent / "fixtures" / "vlm" / "qwen2vl",

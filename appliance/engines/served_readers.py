@@ -5,7 +5,7 @@ H100 about 800 MiB a worker for the 17M line reader, most of it the context), so
 took 9.7 GB of the card with the ONNX engine (bench/README.md, "The daemon with every line read
 again"), more than the 8 GB cards sites own. Here the copies live in the session server's process,
 on its one CUDA context: `copies` readers, each with its own llama.cpp context, each reading one
-request (a page's lines, or a page) at a time, however many workers send. The requests and their
+request (a group of a page's lines, or a page) at a time, however many workers send. The requests and their
 answers are small (line crops, text and figures) and travel pickled on the server's connection.
 """
 
