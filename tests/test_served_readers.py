@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,5 +174,19 @@ def test_the_factory_reads_in_the_server_its_configuration_names(
         # The server builds it without the socket, its budget shared by its copies, not the workers.
         assert reader.describe()["memory_plan"]["budget_mb"] == 8192 // 2
         assert len(reader.read_lines(_crops())) == 3
+    finally:
+        reader.close()
+
+
+def test_lines_whose_page_ran_out_of_time_waiting_for_a_copy_are_not_read(
+    server: SessionServerProcess, socket_path: Path
+) -> None:
+    reader = ServedReader(socket_path, "vlm_gguf", _config())
+    try:
+        # A deadline is a time.monotonic() value, the same clock in the server's process.
+        with pytest.raises(ModelError, match="time ran out"):
+            reader.read_lines(_crops(), deadline=time.monotonic() - 1.0)
+        assert server.stats()["reads_done"] == 0
+        assert len(reader.read_lines(_crops(), deadline=time.monotonic() + 300.0)) == 3
     finally:
         reader.close()

@@ -72,7 +72,10 @@ class ServedReaders:
         self.copies = copies
         self._pools: dict[str, _Pool] = {}
         self._holders: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the two dicts above, held only to look up or change them
+        # One build at a time, without holding _lock: a build takes seconds (models loaded and
+        # checked), and the other readers' requests go on meanwhile.
+        self._build_lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self.reads_done = 0
         self.read_busy_s = 0.0
@@ -83,28 +86,33 @@ class ServedReaders:
         The first request builds `copies` of it, sharing the VLM's VRAM budget as that many workers
         would; later ones with the same configuration get the same copies.
         """
+        key = reader_key(name, config_json)
+        with self._build_lock:
+            with self._lock:
+                pool = self._pools.get(key)
+                if pool is not None:
+                    self._holders[key] += 1
+                    return key, dict(pool.attributes)
+            pool = self._build(name, EngineConfig.model_validate_json(config_json))
+            with self._lock:
+                self._pools[key] = pool
+                self._holders[key] = 1
+                log.info("served reader %s opened, %d copies (%d open)", name, self.copies, len(self._pools))
+            return key, dict(pool.attributes)
+
+    def _build(self, name: str, config: EngineConfig) -> _Pool:
         from appliance.engines.factory import build_second_reader  # llama.cpp loads only when served
 
-        key = reader_key(name, config_json)
-        with self._lock:
-            pool = self._pools.get(key)
-            if pool is None:
-                config = EngineConfig.model_validate_json(config_json)
-                readers: list[SecondReader] = []
-                try:
-                    for _ in range(self.copies):
-                        readers.append(build_second_reader(config, name, self.copies))
-                except BaseException:
-                    for reader in readers:
-                        reader.close()
-                    raise
-                score_hints = getattr(readers[0], "score_hints", None)
-                scores_hints = bool(score_hints(True)) if score_hints is not None else False
-                pool = self._pools[key] = _Pool(readers, scores_hints)
-                self._holders[key] = 0
-                log.info("served reader %s opened, %d copies (%d open)", name, self.copies, len(self._pools))
-            self._holders[key] += 1
-            return key, dict(pool.attributes)
+        readers: list[SecondReader] = []
+        try:
+            for _ in range(self.copies):
+                readers.append(build_second_reader(config, name, self.copies))
+        except BaseException:
+            for reader in readers:
+                reader.close()
+            raise
+        score_hints = getattr(readers[0], "score_hints", None)
+        return _Pool(readers, bool(score_hints(True)) if score_hints is not None else False)
 
     def attributes(self, key: str) -> dict[str, Any]:
         return dict(self._pool(key).attributes)
@@ -139,6 +147,11 @@ class ServedReaders:
             raise ValueError(f"a served reader does not answer {method!r}")
         pool = self._pool(key)
         with pool.lent() as reader:
+            deadline = args.get("deadline")
+            if deadline is not None and time.monotonic() >= deadline:
+                # Waited for a copy past the time the page had (every copy busy): nothing is read,
+                # and the cascade keeps the first engine's text of these lines.
+                raise TimeoutError("the page's time ran out while every copy of the reader was busy")
             started = time.perf_counter()
             try:
                 setter = getattr(reader, "score_hints", None)
