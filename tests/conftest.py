@@ -88,6 +88,13 @@ def engine() -> Iterator[PpocrOnnxEngine]:
 
 
 @pytest.fixture
+def socket_path() -> Iterator[Path]:
+    """Where a session server may listen: a unix socket's path may not pass 107 bytes, tmp_path can."""
+    with tempfile.TemporaryDirectory(prefix="ocr-ss-") as folder:
+        yield Path(folder) / "run" / "sessions.sock"
+
+
+@pytest.fixture
 def ram_path(tmp_path: Path) -> Iterator[Path]:
     """A fresh folder in RAM (/dev/shm, tmpfs) where the machine has one, else `tmp_path`.
 

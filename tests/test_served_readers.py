@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -47,13 +46,6 @@ def _crops(seed: int = 3) -> list[np.ndarray]:
 
 def _texts(pages: list[PageText]) -> list[list[str]]:
     return [[line.text for line in page.lines] for page in pages]
-
-
-@pytest.fixture
-def socket_path() -> Iterator[Path]:
-    # A unix socket's path may not be longer than 107 bytes; pytest's tmp_path can be.
-    with tempfile.TemporaryDirectory(prefix="ocr-sr-") as folder:
-        yield Path(folder) / "run" / "sessions.sock"
 
 
 @pytest.fixture

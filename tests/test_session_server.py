@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,13 +28,6 @@ from tests.polling import wait_for
 # The CPU engine under fixed shapes, the GPU's path (padded pages and line batches, one session a
 # shape), small so that it loads quickly on two cores.
 _CONFIG = PpocrOnnxConfig(provider="cpu", fixed_shapes="on", fixed_batch_size=4, det_limit_side_len=640)
-
-
-@pytest.fixture
-def socket_path() -> Iterator[Path]:
-    # A unix socket's path may not be longer than 107 bytes; pytest's tmp_path can be.
-    with tempfile.TemporaryDirectory(prefix="ocr-ss-") as folder:
-        yield Path(folder) / "run" / "sessions.sock"
 
 
 @pytest.fixture
