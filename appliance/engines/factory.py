@@ -73,7 +73,8 @@ def _vlm_gguf(config: EngineConfig, workers: int) -> SecondReader:
     share = config.vlm_gguf.vram_budget_mb // copies
     # The cores shared among the copies that read at once, as the card is: one llama.cpp thread a
     # core in every copy oversubscribed them (on 2 cores, 2 workers reading every receipt line
-    # again read 0.19 pages/s so, 0.62 with one thread each: bench/README.md, "The VLM's threads").
+    # again read 0.19 pages/s that way, 0.62 with one thread each: bench/README.md, "The VLM's
+    # threads").
     threads = config.vlm_gguf.threads or max(1, cores() // copies)
     return VlmGgufEngine(config.vlm_gguf.model_copy(update={"vram_budget_mb": share, "threads": threads}))
 

@@ -5,8 +5,8 @@ give it a CUDA context of its own on a GPU box): the CUDA build is looked for am
 distributions and the driver is read from /proc or nvidia-smi (cuda_driver.py), neither imported.
 The reading engine's models go to the server, and the VLM where jobs.serve_vlm says
 (served_readers.py); another second reader (an ONNX recogniser) keeps its own in each worker.
-The server process itself is the engine's
-(ppocr_onnx/session_server.py), reached from outside the engines through this module.
+The server process itself is the engine's (ppocr_onnx/session_server.py), reached from outside
+the engines through this module.
 """
 
 from __future__ import annotations
