@@ -70,6 +70,7 @@ def test_lines_read_in_the_server_read_as_the_readers_own(
         assert served.lines_together == 2
         assert served.score_hints(True) is local.score_hints(True) is True
         expected = local.read_lines(crops, hints=hints)
+        assert all(texts and texts[0] for texts in _texts(expected))  # each crop reads some text
         read = served.read_lines(crops, hints=hints)
         assert _texts(read) == _texts(expected)
         figures = [page.details["vlm_gguf"] for page in read]
