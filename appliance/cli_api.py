@@ -237,10 +237,12 @@ def _status(client: Any, args: argparse.Namespace) -> ExitCode:
     if status.HasField("session_server"):
         server = status.session_server
         state = f"pid {server.pid}" if server.alive else "down, starting again"
+        vlm = f", the VLM for the workers ({server.vlm_copies} copies)" if server.vlm_copies else ""
         rows.append(
             [
                 "session server",
-                f"{state}, {server.runners} runner(s), restarted {server.restarts} time(s); {server.socket}",
+                f"{state}, {server.runners} runner(s){vlm}, restarted {server.restarts} time(s); "
+                f"{server.socket}",
             ]
         )
     _table(rows, ["", ""])

@@ -84,6 +84,7 @@ class SessionServerStatus:
     restarts: int  # times it was started again after it died, since the daemon started
     socket: str
     runners: int
+    vlm_copies: int = 0  # copies of the VLM it holds for the workers (jobs.serve_vlm); 0: none
 
 
 @dataclass(frozen=True)

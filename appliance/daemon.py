@@ -41,7 +41,7 @@ from appliance.control import (
     ReviewItem,
     Status,
 )
-from appliance.engines.shared_sessions import wants_session_server
+from appliance.engines.shared_sessions import serves_vlm, wants_session_server
 from appliance.errors import ConfigError, FailureReason
 from appliance.filing import Filing
 from appliance.intake.claim import Claimed
@@ -233,6 +233,7 @@ class Daemon:
         return SessionServerKeeper(
             config.jobs.session_server_runners,
             reader_copies=config.jobs.served_vlm_copies,
+            serves_vlm=serves_vlm(config),
             report_error=lambda message: self._board.error("", message),
             hung_run_s=min(HUNG_RUN_S, config.jobs.timeout_seconds),
         )

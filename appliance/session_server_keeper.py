@@ -68,6 +68,7 @@ class SessionServerKeeper:
         report_error: Callable[[str], None],
         *,
         reader_copies: int = 1,
+        serves_vlm: bool = False,
         hung_run_s: float = HUNG_RUN_S,
         environ: Mapping[str, str] = os.environ,
         restart_interval: float = RESTART_INTERVAL_S,
@@ -77,6 +78,7 @@ class SessionServerKeeper:
     ) -> None:
         self.runners = runners
         self.reader_copies = reader_copies  # of each reader it serves (jobs.served_vlm_copies)
+        self.serves_vlm = serves_vlm  # whether the workers read their VLM in it (jobs.serve_vlm)
         self._hung_run_s = hung_run_s
         self._probe_interval = probe_interval
         self._answer_timeout = answer_timeout
@@ -103,7 +105,10 @@ class SessionServerKeeper:
         return self._server is not None and self._server.alive()
 
     def status(self) -> SessionServerStatus:
-        return SessionServerStatus(self.pid, self.alive(), self.restarts, str(self.socket_path), self.runners)
+        copies = self.reader_copies if self.serves_vlm else 0
+        return SessionServerStatus(
+            self.pid, self.alive(), self.restarts, str(self.socket_path), self.runners, copies
+        )
 
     def start(self) -> None:
         """Start the server and wait until it listens; ModelError if it does not."""

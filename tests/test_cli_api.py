@@ -36,6 +36,10 @@ def test_status_shows_the_session_server_where_there_is_one(capsys: pytest.Captu
     shown = capsys.readouterr().out
     assert "session server" in shown and "pid 4242, 2 runner(s), restarted 1 time(s)" in shown
     assert "/run/ocr-appliance/sessions/sessions.sock" in shown
+    assert "VLM" not in shown  # each worker reads with its own
+    server.vlm_copies = 2
+    _status(_Client(pb.GetStatusResponse(version="0.1.0", session_server=server)), plain)
+    assert "2 runner(s), the VLM for the workers (2 copies), restarted 1 time(s)" in capsys.readouterr().out
     server.alive = False
     _status(_Client(pb.GetStatusResponse(version="0.1.0", session_server=server)), plain)
     assert "down, starting again" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.api import convert
 from appliance.config import (
     AppConfig,
     CascadeConfig,
@@ -89,6 +90,7 @@ def test_two_workers_read_through_one_server_that_is_started_again_when_killed(
     with Running(config, _factory_for(config), _factory_for) as running:
         first = _server(running)
         assert first.alive and first.pid is not None and first.restarts == 0
+        assert first.vlm_copies == 0  # no VLM configured
         description = running.daemon.engine_description
         assert description["session_server"] == first.socket
         assert {model["provider"] for model in description["models"]} == {"CPUExecutionProvider"}
@@ -144,6 +146,8 @@ def test_the_workers_read_their_lines_again_with_one_vlm_held_in_the_server(
     )
     with Running(config, _factory_for(config), _factory_for) as running:
         socket = _server(running).socket
+        assert _server(running).vlm_copies == 2
+        assert convert.status(running.daemon.snapshot_status()).session_server.vlm_copies == 2
         # Each worker's VLM is the server's: its description is the served copy's, with the socket.
         assert running.daemon.engine_description["vlm"]["session_server"] == socket
         for name in ("receipt.png", "chinese.png"):

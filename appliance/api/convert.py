@@ -150,6 +150,7 @@ def status(item: Status) -> pb.GetStatusResponse:
                 restarts=server.restarts,
                 socket=server.socket,
                 runners=server.runners,
+                vlm_copies=server.vlm_copies,
             )
         )
     for node in item.nodes:

@@ -386,6 +386,7 @@ class SessionServer(_message.Message):
     RESTARTS_FIELD_NUMBER: _builtins.int
     SOCKET_FIELD_NUMBER: _builtins.int
     RUNNERS_FIELD_NUMBER: _builtins.int
+    VLM_COPIES_FIELD_NUMBER: _builtins.int
     pid: _builtins.int
     """0 before it was started"""
     alive: _builtins.bool
@@ -396,6 +397,8 @@ class SessionServer(_message.Message):
     """the unix socket the workers reach it on"""
     runners: _builtins.int
     """its threads that run the models (jobs.session_server_runners)"""
+    vlm_copies: _builtins.int
+    """copies of the VLM it holds for the workers (jobs.serve_vlm); 0: each worker its own"""
     def __init__(
         self,
         *,
@@ -404,10 +407,11 @@ class SessionServer(_message.Message):
         restarts: _builtins.int = ...,
         socket: _builtins.str = ...,
         runners: _builtins.int = ...,
+        vlm_copies: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alive", b"alive", "pid", b"pid", "restarts", b"restarts", "runners", b"runners", "socket", b"socket"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alive", b"alive", "pid", b"pid", "restarts", b"restarts", "runners", b"runners", "socket", b"socket", "vlm_copies", b"vlm_copies"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
