@@ -10,7 +10,7 @@ import numpy as np
 
 from appliance.config import EngineConfig
 from appliance.engines.base import PageText
-from appliance.engines.ppocr_onnx.remote_session import Channel, NotSentError, SessionServerClient
+from appliance.engines.ppocr_onnx.remote_session import Channel, SessionServerClient
 from appliance.engines.served_readers import reader_key
 
 
@@ -52,10 +52,7 @@ class ServedReader:
 
     def _ask(self, message: tuple[Any, ...]) -> Any:
         """The answer on this thread's connection; sent again once if the server was gone before it."""
-        try:
-            return self._ask_on(self._client.channel(), message)
-        except NotSentError:
-            return self._ask_on(self._client.channel(), message)
+        return self._client.on_a_channel(lambda channel: self._ask_on(channel, message))
 
     def _ask_on(self, channel: Channel, message: tuple[Any, ...]) -> Any:
         if self._key not in channel.readers_opened:

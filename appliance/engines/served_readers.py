@@ -40,7 +40,6 @@ class _Pool:
 
     def __init__(self, readers: list[SecondReader], scores_hints: bool) -> None:
         self.readers = readers
-        self.scores_hints = scores_hints
         self._free: queue.SimpleQueue[SecondReader] = queue.SimpleQueue()
         for reader in readers:
             self._free.put(reader)

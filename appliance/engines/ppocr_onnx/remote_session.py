@@ -13,12 +13,13 @@ import contextlib
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from appliance.errors import ModelError, ProviderError
 # come back through it too.
 FIRST_BLOCK_BYTES = 32 * 1024 * 1024
 _OUTPUT_SLACK = 16 * 1024 * 1024
+_T = TypeVar("_T")
 # The errors a server reports back that the client raises as the engine's own.
 _ERRORS: dict[str, type[Exception]] = {"ModelError": ModelError, "ProviderError": ProviderError}
 
@@ -155,6 +157,17 @@ class SessionServerClient:
             raise _ERRORS.get(kind, ModelError)(text)
         return answer
 
+    def on_a_channel(self, use: Callable[[Channel], _T]) -> _T:
+        """`use` on this thread's channel; once more on a new one if the server was gone before it got it.
+
+        A request the server took and did not answer is not sent again: the input may be what
+        brought it down.
+        """
+        try:
+            return use(self.channel())
+        except NotSentError:
+            return use(self.channel())
+
     def stats(self) -> dict[str, Any]:
         """Sessions the server holds, clients it serves, its runner threads, its oldest run's age."""
         answer = self.request(self.channel(), ("stats",))
@@ -226,10 +239,7 @@ class RemoteSession:
         server took and did not answer is not: the input may be what brought it down.
         """
         arrays = {name: np.ascontiguousarray(value) for name, value in feeds.items()}
-        try:
-            return self._run(self._client.channel(), output_names, arrays)
-        except NotSentError:
-            return self._run(self._client.channel(), output_names, arrays)
+        return self._client.on_a_channel(lambda channel: self._run(channel, output_names, arrays))
 
     def _run(self, channel: Channel, names: list[str] | None, arrays: dict[str, np.ndarray]) -> list[Any]:
         session_id = channel.session_ids.get(self._key)
